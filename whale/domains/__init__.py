@@ -1,0 +1,1 @@
+"""Built-in domains and the registry that finds them by name."""

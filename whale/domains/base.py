@@ -1,0 +1,49 @@
+"""The domain seam: what a task family gives whale (splits, tools, verifier, seed harness, proposer pool).
+
+A domain runs in the parent process. Harness code in sandbox workers only ever sees `Task.inputs`; gold
+answers stay in `Task.gold` and are read by `verify` in the parent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+SPLITS = ("train", "search", "val", "test")
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    inputs: dict[str, Any]
+    gold: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolError(Exception):
+    """A tool refused a call (bad arguments, illegal input); the harness sees it as an exception."""
+
+
+class Toolbox(Protocol):
+    """Per-rollout tool state. `call` serves one tool call from the harness; `names` lists the tools."""
+
+    names: tuple[str, ...]
+
+    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any: ...
+
+
+class Domain(Protocol):
+    name: str
+    brief: str  # what a proposer reads: the task, the tools, the rules
+
+    def splits(self) -> dict[str, list[Task]]: ...
+
+    def seed_harness(self) -> str: ...
+
+    def toolbox(self, task: Task) -> Toolbox: ...
+
+    def verify(self, task: Task, answer: str | None, toolbox: Toolbox) -> float: ...
+
+    def knob_pool(self) -> dict[str, list[Any]]:
+        """Values the offline mutation proposer may give to named UPPER_CASE harness constants."""
+        ...

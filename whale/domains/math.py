@@ -1,0 +1,439 @@
+"""The math domain: seeded arithmetic word problems (or GSM8K JSONL), a safe calculator, exact-number scoring.
+
+Problems are generated, not downloaded, so every split is reproducible from a seed and small enough in
+numbers for a 135M model. Each problem is a chain of 1..3 operations whose canonical expression stays in gold.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whale.domains.base import SPLITS, Task, ToolError
+
+NAMES = (
+    "Sam",
+    "Mia",
+    "Leo",
+    "Ava",
+    "Noah",
+    "Emma",
+    "Liam",
+    "Zoe",
+    "Omar",
+    "Lily",
+    "Ravi",
+    "Nina",
+    "Ben",
+    "Maya",
+    "Jack",
+    "Sara",
+    "Ivan",
+    "Chloe",
+    "Kai",
+    "Ella",
+)
+OBJECTS = (
+    "apples",
+    "marbles",
+    "stickers",
+    "cookies",
+    "pencils",
+    "books",
+    "coins",
+    "shells",
+    "cards",
+    "stamps",
+    "balloons",
+    "beads",
+    "oranges",
+    "crayons",
+    "toy cars",
+)
+
+# An opening states the first operation with two numbers {a} and {b}; a step applies one more operation
+# with {b} to what {name} has so far. Templates must contain no digits of their own.
+OPENINGS = {
+    "+": (
+        "{name} has {a} {obj} and buys {b} more.",
+        "{name} had {a} {obj}. Then {friend} gave {name} {b} more.",
+        "{name} collects {a} {obj} in the morning and {b} {obj} in the afternoon.",
+    ),
+    "-": (
+        "{name} has {a} {obj} and gives {b} of them to {friend}.",
+        "{name} had {a} {obj} but lost {b} of them.",
+        "{name} has {a} {obj}. {friend} takes {b} of them.",
+    ),
+    "*": (
+        "{name} has {a} boxes with {b} {obj} in each box.",
+        "{name} buys {a} packs of {obj}. Each pack holds {b} {obj}.",
+        "{name} lays out {a} rows of {obj} with {b} {obj} in each row.",
+    ),
+    "/": (
+        "{name} splits {a} {obj} into {b} equal piles and keeps one pile.",
+        "{name} has {a} {obj} and packs them equally into {b} bags, keeping one bag.",
+        "{a} {obj} are shared equally by {b} friends, and {name} is one of them.",
+    ),
+}
+STEPS = {
+    "+": (
+        "Then {name} buys {b} more.",
+        "{friend} gives {name} {b} more {obj}.",
+        "Later {name} finds {b} more.",
+    ),
+    "-": (
+        "Then {name} gives {b} {obj} to {friend}.",
+        "{name} loses {b} of them.",
+        "Then {name} sells {b} of them.",
+    ),
+    "*": (
+        "Then {name} ends up with {b} times as many {obj} as before.",
+        "Then the number of {obj} {name} has is multiplied by {b}.",
+        "Then {name}'s pile of {obj} grows to {b} times its size.",
+    ),
+    "/": (
+        "Then {name} splits the {obj} into {b} equal piles and keeps one pile.",
+        "{name} then shares them equally among {b} people and keeps one share.",
+        "Then {name} packs them evenly into {b} boxes and keeps one box.",
+    ),
+}
+QUESTIONS = (
+    "How many {obj} does {name} have now?",
+    "How many {obj} does {name} have in the end?",
+    "How many {obj} does {name} end up with?",
+)
+MAX_VALUE = 999
+DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
+DEFAULT_LEVELS = {"train": [1, 2], "search": [1, 2], "val": [1, 2], "test": [1, 2]}
+
+
+@dataclass(frozen=True)
+class Problem:
+    question: str
+    answer: int
+    expression: str
+    level: int
+
+
+def apply(op: str, x: int, b: int) -> int:
+    return {"+": x + b, "-": x - b, "*": x * b, "/": x // b}[op]
+
+
+def opening_numbers(rng: random.Random, op: str) -> tuple[int, int]:
+    if op == "+":
+        return rng.randint(2, 40), rng.randint(2, 40)
+    if op == "-":
+        a = rng.randint(5, 60)
+        return a, rng.randint(2, a - 1)
+    if op == "*":
+        return rng.randint(2, 12), rng.randint(2, 12)
+    b = rng.randint(2, 9)
+    return b * rng.randint(2, 12), b
+
+
+def step_choices(x: int) -> dict[str, list[int]]:
+    """Operands each operation may take on `x` so the result stays a whole number in 1..MAX_VALUE."""
+    return {
+        "+": list(range(2, min(30, MAX_VALUE - x) + 1)),
+        "-": list(range(2, x)),
+        "*": [b for b in range(2, 6) if x * b <= MAX_VALUE],
+        "/": [b for b in range(2, 10) if x % b == 0 and x // b >= 2],
+    }
+
+
+def generate_problem(rng: random.Random, level: int) -> Problem:
+    """One word problem with exactly `level` operations; all intermediate values are positive integers."""
+    if level not in (1, 2, 3):
+        raise ValueError(f"math level must be 1, 2 or 3, got {level}")
+    name, friend = rng.sample(NAMES, 2)
+    obj = rng.choice(OBJECTS)
+    op = rng.choice("+-*/")
+    a, b = opening_numbers(rng, op)
+    value = apply(op, a, b)
+    expression, top = f"{a} {op} {b}", op
+    sentences = [rng.choice(OPENINGS[op]).format(name=name, friend=friend, obj=obj, a=a, b=b)]
+    for _ in range(level - 1):
+        choices = {o: bs for o, bs in step_choices(value).items() if bs}
+        op = rng.choice(sorted(choices))
+        b = rng.choice(choices[op])
+        if op in "*/" and top in "+-":
+            expression = f"({expression})"
+        expression, top, value = f"{expression} {op} {b}", op, apply(op, value, b)
+        sentences.append(rng.choice(STEPS[op]).format(name=name, friend=friend, obj=obj, b=b))
+    sentences.append(rng.choice(QUESTIONS).format(name=name, obj=obj))
+    return Problem(" ".join(sentences), value, expression, level)
+
+
+def generate_problems(
+    seed: int | str, n: int, levels: list[int], exclude: set[str] | None = None
+) -> list[Problem]:
+    """`n` problems with distinct questions (none in `exclude`), levels taken round-robin from `levels`."""
+    rng = random.Random(seed)
+    seen = set(exclude or ())
+    problems: list[Problem] = []
+    attempts = 0
+    while len(problems) < n:
+        attempts += 1
+        if attempts > 50 * n + 1000:
+            raise ValueError(f"could not generate {n} distinct math problems at levels {levels}")
+        problem = generate_problem(rng, levels[len(problems) % len(levels)])
+        if problem.question not in seen:
+            seen.add(problem.question)
+            problems.append(problem)
+    return problems
+
+
+def load_gsm8k_jsonl(path: str | Path) -> list[Task]:
+    """GSM8K rows ({"question", "answer": "...#### N"}) as tasks; a malformed row fails with its path:line."""
+    tasks = []
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("question"), str):
+            raise ValueError(f"{path}:{lineno}: expected an object with a string 'question'")
+        if not isinstance(row.get("answer"), str) or "####" not in row["answer"]:
+            raise ValueError(f"{path}:{lineno}: expected a string 'answer' ending in '#### <integer>'")
+        solution, _, final = row["answer"].rpartition("####")
+        final = final.strip().replace(",", "").replace("$", "")
+        if not re.fullmatch(r"-?\d+", final):
+            raise ValueError(f"{path}:{lineno}: final answer {final!r} is not an integer")
+        tasks.append(
+            Task(
+                id=f"gsm8k-{len(tasks)}",
+                inputs={"question": row["question"]},
+                gold={"answer": int(final), "solution": solution.strip()},
+                meta={"source": "gsm8k"},
+            )
+        )
+    return tasks
+
+
+# Calculator: an AST walk over a whitelist, with caps so no input can burn CPU or memory.
+MAX_EXPRESSION_CHARS = 200
+MAX_MAGNITUDE = 10**15
+MAX_EXPONENT = 12
+BINARY_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+UNARY_OPS = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+def checked(value: Any) -> int | float:
+    if isinstance(value, complex):
+        raise ToolError("result is not a real number")
+    if not abs(value) <= MAX_MAGNITUDE:
+        raise ToolError(f"result out of range (magnitude limit {MAX_MAGNITUDE:.0e})")
+    return value
+
+
+def evaluate(node: ast.AST) -> int | float:
+    if isinstance(node, ast.Expression):
+        return evaluate(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return checked(node.value)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in UNARY_OPS:
+        return UNARY_OPS[type(node.op)](evaluate(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in BINARY_OPS:
+        left, right = evaluate(node.left), evaluate(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
+            raise ToolError(f"exponent {right} too large (limit {MAX_EXPONENT})")
+        try:
+            return checked(BINARY_OPS[type(node.op)](left, right))
+        except ZeroDivisionError:
+            raise ToolError("division by zero") from None
+        except (ArithmeticError, ValueError) as e:
+            raise ToolError(f"arithmetic error: {e}") from None
+    what = type(node).__name__
+    raise ToolError(f"not allowed in an expression: {what}; use numbers, + - * / // % ** and ()")
+
+
+def format_number(value: int | float) -> str:
+    """Integers print bare ("4", not "4.0"); other floats to 6 decimals without trailing zeros."""
+    if isinstance(value, float):
+        value = round(value, 6)
+        if value.is_integer():
+            return str(int(value))
+        return f"{value:.6f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression safely; ToolError (with the reason) on anything else."""
+    if not isinstance(expression, str):
+        raise ToolError(f"calculator expects a string expression, got {type(expression).__name__}")
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise ToolError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    text = expression.replace("×", "*").replace("÷", "/").replace("^", "**").strip().rstrip("=").strip()
+    if not text:
+        raise ToolError("empty expression")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise ToolError(f"cannot parse expression: {expression!r}") from None
+    return format_number(evaluate(tree))
+
+
+class MathToolbox:
+    """The math tools: a calculator only, which keeps no state between calls."""
+
+    names = ("calculator",)
+
+    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if name != "calculator":
+            raise ToolError(f"unknown tool {name!r}; available: calculator")
+        if len(args) == 1 and not kwargs:
+            return calculator(args[0])
+        if not args and set(kwargs) == {"expression"}:
+            return calculator(kwargs["expression"])
+        raise ToolError("calculator takes exactly one argument: calculator(expression: str)")
+
+
+NUMBER = re.compile(r"(?:(?<![\d.])-)?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+
+
+def last_number(text: str) -> float | None:
+    """The last number written in `text` ("$1,200.0" -> 1200.0); a hyphen between digits is not a sign."""
+    found = NUMBER.findall(text)
+    if not found:
+        return None
+    return float(found[-1].replace("$", "").replace(",", ""))
+
+
+BRIEF = """\
+Math word problems. Each task gives task["question"], a short arithmetic word problem whose answer is a \
+whole number. The harness `run(task, llm, tools) -> str` must return text whose last number is the answer.
+Model: a small chat model (about 135M parameters) behind llm.chat(messages, max_tokens=None, \
+temperature=None, stop=None, n=1); keep prompts short and plain, it follows long instructions badly.
+Tools: tools.calculator(expression) evaluates numbers with + - * / // % ** and parentheses and returns the \
+result as a string ("27", "2.5"); it raises on anything else (names, calls, huge numbers).
+Rules: do not hard-code answers or recognize specific questions; the returned answer must be a number \
+(digits, no words); score is 1 for the exact number, 0 otherwise."""
+
+KNOB_POOL: dict[str, list[Any]] = {
+    "SYSTEM_PROMPT": [
+        "You are a helpful assistant. Solve the math problem.",
+        "You are a careful math tutor. Think step by step.",
+        "Solve the word problem. Work out each step, then give the final number.",
+        "You are good at arithmetic. Read the problem and compute the answer.",
+        "Solve the problem step by step and end with: The answer is <number>.",
+    ],
+    "INSTRUCTION": [
+        "Answer with a number.",
+        "Think step by step, then write: The answer is <number>.",
+        "Give only the final number.",
+        "Show the calculation, then the final answer as a number.",
+        "End your reply with the answer as a number.",
+    ],
+    "CALC_INSTRUCTION": [
+        "Write one arithmetic expression that computes the answer, as: Expression: <expression>",
+        "Do not solve it. Write only: Expression: <arithmetic expression>",
+        "Turn the problem into one math expression using the numbers. Reply: Expression: <expression>",
+        "Write the calculation as one line: Expression: <numbers and + - * />",
+        "Which calculation answers this? Reply with one line: Expression: <expression>",
+    ],
+    "RETRY_PROMPT": [
+        "That did not work. Try again.",
+        "Please answer again, following the format exactly.",
+        "Your answer could not be read. Reply in the requested format.",
+        "Try again. Use only numbers and + - * / in the expression.",
+        "Something went wrong. Give the answer again, briefly.",
+    ],
+    # The example knobs are swapped one at a time, so every variant describes the same sum: 3 * 4 - 2 = 10.
+    "EXAMPLE_QUESTION": [
+        "Tom has 3 bags with 4 apples in each bag. He eats 2 apples. How many apples are left?",
+        "Ann buys 3 packs of 4 cards and gives 2 cards away. How many cards does Ann have?",
+        "A shop has 3 boxes with 4 pens in each box. It sells 2 pens. How many pens are left?",
+        "Max makes 3 rows of 4 coins, then loses 2 coins. How many coins does Max have?",
+        "Eva has 3 jars with 4 shells each. She gives 2 shells to Ben. How many shells does Eva have now?",
+    ],
+    "EXAMPLE_ANSWER": [
+        "3 * 4 = 12 and 12 - 2 = 10. The answer is 10.",
+        "Step 1: 3 * 4 = 12. Step 2: 12 - 2 = 10. Answer: 10",
+        "3 * 4 - 2 = 10. The answer is 10.",
+        "3 groups of 4 is 12, and 12 minus 2 is 10. The answer is 10.",
+        "10",
+    ],
+    "EXAMPLE_EXPRESSION": [
+        "Expression: 3 * 4 - 2",
+        "3 groups of 4, minus 2.\nExpression: 3 * 4 - 2",
+        "Expression: (3 * 4) - 2",
+        "Multiply 3 by 4, then subtract 2.\nExpression: 3 * 4 - 2",
+    ],
+}
+
+
+class MathDomain:
+    """Procedurally generated arithmetic word problems; splits are disjoint by question text."""
+
+    name = "math"
+    brief = BRIEF
+
+    def __init__(
+        self,
+        seed: int = 0,
+        sizes: dict[str, int] | None = None,
+        levels: dict[str, list[int]] | None = None,
+    ):
+        unknown = (set(sizes or {}) | set(levels or {})) - set(SPLITS)
+        if unknown:
+            raise ValueError(f"unknown math splits {sorted(unknown)}; expected {list(SPLITS)}")
+        self.seed = seed
+        self.sizes = {**DEFAULT_SIZES, **(sizes or {})}
+        self.levels = {**DEFAULT_LEVELS, **(levels or {})}
+        for split, lv in self.levels.items():
+            if not lv or any(level not in (1, 2, 3) for level in lv):
+                raise ValueError(f"math levels for {split} must be a non-empty list of 1, 2, 3; got {lv}")
+        self._splits: dict[str, list[Task]] | None = None
+
+    def splits(self) -> dict[str, list[Task]]:
+        """Evaluation splits are drawn first, so their content does not depend on the train size."""
+        if self._splits is None:
+            seen: set[str] = set()
+            out: dict[str, list[Task]] = {}
+            for split in ("test", "val", "search", "train"):
+                key = f"math:{self.seed}:{split}"
+                problems = generate_problems(key, self.sizes[split], self.levels[split], seen)
+                seen.update(p.question for p in problems)
+                out[split] = [
+                    Task(
+                        id=f"math-{split}-{i}",
+                        inputs={"question": p.question},
+                        gold={"answer": p.answer, "expression": p.expression},
+                        meta={"level": p.level},
+                    )
+                    for i, p in enumerate(problems)
+                ]
+            self._splits = {split: out[split] for split in SPLITS}
+        return self._splits
+
+    def seed_harness(self) -> str:
+        return (Path(__file__).parent / "harnesses" / "math_seed.py").read_text(encoding="utf-8")
+
+    def toolbox(self, task: Task) -> MathToolbox:
+        return MathToolbox()
+
+    def verify(self, task: Task, answer: str | None, toolbox: Any) -> float:
+        """1.0 when the last number in the answer equals the gold integer; anything unreadable scores 0."""
+        if answer is None:
+            return 0.0
+        value = last_number(str(answer))
+        return 1.0 if value is not None and value == task.gold["answer"] else 0.0
+
+    def knob_pool(self) -> dict[str, list[Any]]:
+        return {knob: list(values) for knob, values in KNOB_POOL.items()}

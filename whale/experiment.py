@@ -1,0 +1,391 @@
+"""Builds every component from a Config, drives the schedule, and owns the run directory.
+
+Run directory:
+    config.yaml            resolved config
+    events.jsonl           one record per weight step, search iteration, evaluation and phase switch
+    evals.jsonl            one record per evaluation point (validation and test mean@k with CIs)
+    rollouts/train.jsonl   every RFT rollout
+    evals/<point>/<split>.jsonl   evaluation rollouts
+    search/                the archive (see whale.search.archive)
+    checkpoints/<unit>/    trainable weights + optimizer; phase-boundary ones are kept
+    state.json             the commit point: written last, atomically, after every unit of work
+
+Resume reads state.json, cuts every JSONL back to the length it had at that commit, drops archive
+candidates and checkpoint folders written after it, and continues: nothing finished is redone or counted
+twice, and an unfinished unit is redone from its start.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from whale.budget import Budget
+from whale.config import Config, ConfigError, config_from_dict
+from whale.domains.registry import build_domain
+from whale.harness import validate
+from whale.harness.records import HarnessCandidate, Rollout
+from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.metrics import SplitScore, score_split
+from whale.model.engine import SamplingParams
+from whale.model.hf_engine import HFEngine
+from whale.model.loading import load_model
+from whale.model.trainer import Trainer, TrainerConfig
+from whale.progress import track
+from whale.rft import rft_step
+from whale.schedule import WEIGHTS, FixedAlternation, ScheduleState
+from whale.search.archive import Archive, CandidateEval
+from whale.search.mutation import MutationProposer
+from whale.search.phase import evaluate_candidate, search_iteration
+from whale.store import (
+    append_jsonl,
+    atomic_write_json,
+    atomic_write_text,
+    jsonl_line_count,
+    read_json,
+    read_jsonl,
+    truncate_jsonl,
+)
+
+LOGS = ("events.jsonl", "evals.jsonl", "rollouts/train.jsonl", "search/evolution_summary.jsonl")
+
+
+@dataclass
+class RunState:
+    schedule: dict[str, Any]
+    budget: dict[str, Any]
+    unit: int = 0
+    weight_steps: int = 0
+    search_iters: int = 0
+    eval_points: int = 0
+    incumbent: str = "c0000"
+    incumbent_eval: dict[str, Any] | None = None
+    checkpoint: str | None = None
+    kept_checkpoints: list[str] | None = None
+    engine_calls: int = 0
+    log_lines: dict[str, int] | None = None
+    candidates: list[str] | None = None
+    finished: bool = False
+
+
+class Experiment:
+    def __init__(self, cfg: Config, out: Path, console: Console | None = None, resume: bool = False):
+        self.cfg = cfg
+        self.out = out
+        self.console = console or Console()
+        self._prepare_dir(resume)
+        self.domain = build_domain(cfg.domain)
+        self.splits = self.domain.splits()
+        self.schedule = FixedAlternation(
+            cfg.schedule.weight_steps, cfg.schedule.search_iters, cfg.schedule.start
+        )
+        model, tokenizer = load_model(cfg.model.name, cfg.seed)
+        w = cfg.weights
+        trainer_cfg = TrainerConfig(
+            lora=w.lora, lora_r=w.lora_r, lora_alpha=w.lora_alpha, lr=w.lr,
+            minibatch=w.minibatch, micro_batch=w.micro_batch, epochs=w.epochs,
+        )  # fmt: skip
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.trainer = Trainer(model, pad, trainer_cfg, seed=cfg.seed)
+        self.engine = HFEngine(self.trainer.model, tokenizer, max_batch=cfg.model.max_batch)
+        s = cfg.sampling
+        r = cfg.runner
+        self.runner = RolloutRunner(
+            self.engine,
+            self.domain,
+            SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens),
+            RunnerLimits(
+                workers=r.workers,
+                step_timeout_s=r.step_timeout_s,
+                rollout_timeout_s=r.rollout_timeout_s,
+                memory_mb=r.memory_mb,
+            ),  # fmt: skip
+            seed=cfg.seed,
+        )
+        self.archive = Archive(out / "search")
+        self.proposer = MutationProposer(self.domain.knob_pool(), seed=cfg.seed)
+        self.state = self._load_state() if resume else self._fresh_state()
+        self.session_start = time.monotonic()
+        self.wall_before = self.state.budget["wall_s"]
+
+    # ---- run directory -------------------------------------------------------------------------
+
+    def _prepare_dir(self, resume: bool) -> None:
+        if resume:
+            if not (self.out / "state.json").exists():
+                raise ConfigError(
+                    f"--resume {self.out}: no state.json there (not a whale run, or it never started)"
+                )
+            return
+        if (self.out / "state.json").exists():
+            raise ConfigError(f"{self.out} already holds a run; use --resume {self.out} or another --out")
+        self.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.out / "config.yaml", yaml.safe_dump(self.cfg.model_dump(), sort_keys=False))
+
+    def _seed_candidate(self) -> HarnessCandidate:
+        path = self.cfg.domain.harness
+        if path:
+            if not Path(path).is_file():
+                raise ConfigError(f"domain.harness: file not found: {path}")
+            source = Path(path).read_text()
+        else:
+            source = self.domain.seed_harness()
+        problems = validate.problems(source)
+        if problems:
+            raise ConfigError(f"seed harness {path or self.domain.name}: {problems[0]}")
+        return HarnessCandidate("c0000", source, None, "seed harness", "seed")
+
+    def _fresh_state(self) -> RunState:
+        self.archive.add(self._seed_candidate(), status="seed")
+        state = RunState(
+            schedule=self.schedule.initial().to_json(),
+            budget=Budget(self.cfg.schedule.budget_rollouts).to_json(),
+        )
+        self.state = state
+        self._commit(weights_changed=False, boundary=False)
+        append_jsonl(self.out / "events.jsonl", [{"event": "start", "config": self.cfg.model_dump()}])
+        return state
+
+    def _load_state(self) -> RunState:
+        state = RunState(**read_json(self.out / "state.json"))
+        saved = config_from_dict(
+            yaml.safe_load((self.out / "config.yaml").read_text()), f"{self.out}/config.yaml"
+        )
+        if saved.model_dump() != self.cfg.model_dump():
+            self.cfg = saved
+        for name, n in (state.log_lines or {}).items():
+            if (self.out / name).exists():
+                truncate_jsonl(self.out / name, n)
+        self.archive.forget_after(state.candidates or [])
+        keep = set(state.kept_checkpoints or []) | {state.checkpoint}
+        for folder in (self.out / "checkpoints").glob("*"):
+            if folder.name not in keep:
+                shutil.rmtree(folder, ignore_errors=True)
+        if state.checkpoint:
+            self.trainer.load(self.out / "checkpoints" / state.checkpoint)
+        self.engine.weights_version = f"w{state.weight_steps}"
+        self.runner.engine_calls = state.engine_calls
+        append_jsonl(self.out / "events.jsonl", [{"event": "resume", "unit": state.unit}])
+        return state
+
+    def _commit(self, weights_changed: bool, boundary: bool) -> None:
+        """Persist weights (if changed) then state.json; state.json is the single commit point."""
+        st = self.state
+        previous = st.checkpoint
+        if weights_changed:
+            name = f"u{st.unit:05d}"
+            tmp = self.out / "checkpoints" / f".{name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.trainer.save(tmp)
+            tmp.rename(self.out / "checkpoints" / name)
+            st.checkpoint = name
+        if boundary and st.checkpoint:
+            st.kept_checkpoints = sorted(set(st.kept_checkpoints or []) | {st.checkpoint})
+        st.engine_calls = self.runner.engine_calls
+        st.log_lines = {name: jsonl_line_count(self.out / name) for name in LOGS}
+        st.candidates = self.archive.ids()
+        atomic_write_json(self.out / "state.json", asdict(st))
+        if previous and previous != st.checkpoint and previous not in (st.kept_checkpoints or []):
+            shutil.rmtree(self.out / "checkpoints" / previous, ignore_errors=True)
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(**self.state.budget)
+
+    def _charge(self, rollouts: list[Rollout], kind: str) -> None:
+        b = self.budget
+        b.charge(rollouts, kind)
+        b.wall_s = self.wall_before + time.monotonic() - self.session_start
+        self.state.budget = b.to_json()
+
+    def _event(self, record: dict[str, Any]) -> None:
+        b = self.budget
+        record.update(unit=self.state.unit, rollouts=b.rollouts, wall_s=round(b.wall_s, 2))
+        append_jsonl(self.out / "events.jsonl", [record])
+
+    def run(self) -> dict[str, Any]:
+        st = self.state
+        if st.eval_points == 0:
+            self._evaluate("start")
+            self._commit(weights_changed=False, boundary=True)
+        while not st.finished and not self.budget.exhausted:
+            sched = ScheduleState(**st.schedule)
+            if sched.kind == WEIGHTS:
+                self._weight_step()
+                weights_changed = True
+            else:
+                self._search_iteration()
+                weights_changed = False
+            st.unit += 1
+            nxt, boundary = self.schedule.advance(sched)
+            boundary = boundary or self.budget.exhausted
+            st.schedule = nxt.to_json()
+            if boundary:
+                self._evaluate(f"after {sched.kind} phase {sched.phase}")
+                self._event(
+                    {"event": "phase_switch", "from": sched.kind, "to": nxt.kind, "reason": "fixed length"}
+                )
+            self._commit(weights_changed, boundary)
+        if not st.finished:
+            st.finished = True
+            self._event({"event": "end"})
+            self._commit(weights_changed=False, boundary=False)
+        self.runner.close()
+        return self.summary()
+
+    def _weight_step(self) -> None:
+        st, rft = self.state, self.cfg.rft
+        harness = self.archive.load(st.incumbent)
+        rng = random.Random(self.cfg.seed * 1_000_003 + st.weight_steps)
+        with track(
+            self.console, f"RFT step {st.weight_steps + 1}: sampling", rft.tasks_per_step * rft.k
+        ) as tick:
+            result = rft_step(
+                self.runner, self.trainer, harness, self.splits["train"], rng,
+                rft.tasks_per_step, rft.k, rft.reward_threshold, rft.max_kept_per_task, tick,
+            )  # fmt: skip
+        st.weight_steps += 1
+        self.engine.weights_version = f"w{st.weight_steps}"
+        st.incumbent_eval = None
+        append_jsonl(self.out / "rollouts" / "train.jsonl", [r.to_json() for r in result.rollouts])
+        self._charge(result.rollouts, "train")
+        self._event(
+            {
+                "event": "weight_step",
+                "step": st.weight_steps,
+                "harness": harness.id,
+                "train_reward": result.train_reward,
+                "kept": result.kept,
+                "total": len(result.rollouts),
+                "examples": result.examples,
+                "loss": result.loss,
+                "optimizer_steps": result.optimizer_steps,
+            }  # fmt: skip
+        )
+        self.console.print(
+            f"  weight step {st.weight_steps}: train reward {result.train_reward:.3f}, "
+            f"kept {result.kept}/{len(result.rollouts)}, loss {result.loss:.3f}"
+        )
+
+    def _search_iteration(self) -> None:
+        st, sc = self.state, self.cfg.search
+        tasks = self.splits["search"]
+        incumbent = self.archive.load(st.incumbent)
+        ev = CandidateEval(**st.incumbent_eval) if st.incumbent_eval else None
+        if ev is None or ev.weights_version != self.engine.weights_version:
+            with track(
+                self.console, f"re-evaluating incumbent {incumbent.id}", len(tasks) * sc.rollouts_per_task
+            ) as t:
+                ev, spent = evaluate_candidate(
+                    self.runner, self.archive, incumbent, tasks, sc.rollouts_per_task, t
+                )
+            self._charge(spent, "search")
+            self._event({"event": "incumbent_reeval", "harness": incumbent.id, "score": ev.mean})
+        total = sc.candidates_per_iter * (len(tasks) * sc.rollouts_per_task + sc.smoke_tasks)
+        with track(self.console, f"search iteration {st.search_iters + 1}", total) as tick:
+            result = search_iteration(
+                self.runner, self.archive, self.proposer, incumbent, ev, tasks, sc.candidates_per_iter,
+                sc.rollouts_per_task, sc.smoke_tasks, sc.alpha, self.cfg.seed + st.search_iters, tick,
+            )  # fmt: skip
+        st.search_iters += 1
+        self._charge(result.rollouts, "search")
+        st.incumbent = result.incumbent.id
+        st.incumbent_eval = asdict(result.incumbent_eval)
+        self._event(
+            {
+                "event": "search_iteration",
+                "iteration": st.search_iters,
+                "incumbent": st.incumbent,
+                "incumbent_score": result.incumbent_eval.mean,
+                "accepted": result.accepted,
+                "reason": result.reason,
+                "candidates": {e.candidate_id: e.mean for e in result.evaluated},
+                "failed": result.failed,
+            }  # fmt: skip
+        )
+        verdict = "accepted" if result.accepted else "kept incumbent"
+        self.console.print(f"  search iteration {st.search_iters}: {verdict} — {result.reason}")
+
+    def _evaluate(self, label: str) -> None:
+        st, k = self.state, self.cfg.eval.k
+        harness = self.archive.load(st.incumbent)
+        record: dict[str, Any] = {
+            "point": st.eval_points, "label": label, "phase": ScheduleState(**st.schedule).kind,
+            "weights": self.engine.weights_version, "harness": harness.id,
+        }  # fmt: skip
+        for split in ("val", "test"):
+            tasks = self.splits[split]
+            with track(self.console, f"evaluating {split} mean@{k}", len(tasks) * k) as tick:
+                rollouts = self.runner.run([RolloutJob(t, harness, s) for t in tasks for s in range(k)], tick)
+            folder = self.out / "evals" / f"{st.eval_points:03d}"
+            (folder / f"{split}.jsonl").unlink(missing_ok=True)
+            append_jsonl(folder / f"{split}.jsonl", [r.to_json() for r in rollouts])
+            self._charge(rollouts, "eval")
+            record[split] = asdict(_score(rollouts, tasks))
+        b = self.budget
+        record.update(rollouts=b.rollouts, wall_s=round(b.wall_s, 2))
+        append_jsonl(self.out / "evals.jsonl", [record])
+        st.eval_points += 1
+        v, t = record["val"], record["test"]
+        self.console.print(
+            f"[bold]eval {record['point']}[/bold] ({label}; {b.rollouts} rollouts): "
+            f"val mean@{k} {v['mean']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]  "
+            f"test mean@{k} {t['mean']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]"
+        )
+
+    # ---- results ---------------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        return summarize_run(self.out)
+
+
+def _score(rollouts: list[Rollout], tasks: list[Any]) -> SplitScore:
+    by_task: dict[str, list[Rollout]] = {t.id: [] for t in tasks}
+    for r in rollouts:
+        by_task[r.task_id].append(r)
+    rewards = [[r.reward for r in rs] for rs in by_task.values()]
+    answers = [[r.answer for r in rs] for rs in by_task.values()]
+    return score_split(rewards, answers)
+
+
+def summarize_run(out: Path) -> dict[str, Any]:
+    """Before/after, best and validation-selected test scores, and the harness diff, from the run files."""
+    points = read_jsonl(out / "evals.jsonl")
+    if not points:
+        raise ConfigError(f"{out}: no evaluation points yet")
+    state = read_json(out / "state.json")
+    first, last = points[0], points[-1]
+    best_test = max(points, key=lambda p: p["test"]["mean"])
+    best_val = max(points, key=lambda p: (p["val"]["mean"], -p["point"]))
+    archive = Archive(out / "search")
+    seed, final = archive.load("c0000").source, archive.load(state["incumbent"]).source
+    diff = "".join(
+        difflib.unified_diff(
+            seed.splitlines(True),
+            final.splitlines(True),
+            "seed/harness.py",
+            f"{state['incumbent']}/harness.py",
+        )
+    )
+    summary = {
+        "points": points,
+        "before": first["test"],
+        "after": last["test"],
+        "best_test": {"point": best_test["point"], **best_test["test"]},
+        "test_at_best_val": {"point": best_val["point"], **best_val["test"]},
+        "budget": state["budget"],
+        "final_harness": state["incumbent"],
+        "harness_diff": diff,
+    }
+    atomic_write_json(out / "summary.json", {k: v for k, v in summary.items() if k != "points"})
+    return summary

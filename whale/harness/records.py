@@ -1,0 +1,66 @@
+"""What a rollout leaves behind: every model call with exact token ids, every tool call, the outcome."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class ModelCall:
+    messages: list[dict[str, str]]
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    text: str
+    finish_reason: str
+    train: bool
+    params: dict[str, Any]
+
+
+@dataclass
+class ToolCall:
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass
+class Rollout:
+    task_id: str
+    harness_id: str
+    weights_version: str
+    sample: int
+    answer: str | None = None
+    reward: float = 0.0
+    error: str | None = None
+    calls: list[ModelCall] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(c.completion_ids) for c in self.calls)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Rollout:
+        d = dict(d)
+        d["calls"] = [ModelCall(**c) for c in d.get("calls", [])]
+        d["tool_calls"] = [ToolCall(**t) for t in d.get("tool_calls", [])]
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class HarnessCandidate:
+    """A harness file and where it came from; the id is stable and names its archive folder."""
+
+    id: str
+    source: str
+    parent: str | None = None
+    hypothesis: str = ""
+    proposer: str = "seed"

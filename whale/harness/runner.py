@@ -1,0 +1,370 @@
+"""Runs many rollouts at once: harness code in sandbox workers, model calls batched in the parent.
+
+The loop is event driven. Each busy worker is either computing (harness code running) or waiting (its
+`llm.chat` request is queued here). When every busy worker waits, all queued requests go to the engine
+as one batch, so batch width tracks concurrency. Tool calls and verification happen here, in the parent,
+where the domain lives. A worker that computes too long without yielding is killed with its process
+group, and its rollout records the reason; the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whale.domains.base import Domain, Task, Toolbox, ToolError
+from whale.harness.records import HarnessCandidate, ModelCall, Rollout, ToolCall
+from whale.model.engine import Engine, GenerationRequest, SamplingParams
+
+MAX_FRAME = 4 << 20
+
+
+@dataclass
+class RunnerLimits:
+    workers: int = 32
+    step_timeout_s: float = 10.0  # harness compute between two model/tool calls
+    rollout_timeout_s: float = 600.0  # whole rollout, waiting included
+    memory_mb: int = 512
+    cpu_s: int = 600  # per worker lifetime; workers are recycled before they reach it
+    rollouts_per_worker: int = 200
+    max_model_calls: int = 16
+    max_tool_calls: int = 64
+    max_samples_per_call: int = 16
+    max_tokens_cap: int = 512
+
+
+@dataclass
+class RolloutJob:
+    task: Task
+    harness: HarnessCandidate
+    sample: int
+
+
+@dataclass
+class _Worker:
+    proc: subprocess.Popen
+    buf: bytearray = field(default_factory=bytearray)
+    job: RolloutJob | None = None
+    task: Task | None = None
+    rollout: Rollout | None = None
+    toolbox: Toolbox | None = None
+    request: dict[str, Any] | None = None  # queued chat request, when waiting on the model
+    started: float = 0.0
+    resumed: float = 0.0
+    served: int = 0
+
+
+class RolloutRunner:
+    """Owns a pool of sandbox workers and the engine; `run(jobs)` returns one Rollout per job, in order."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        domain: Domain,
+        sampling: SamplingParams,
+        limits: RunnerLimits | None = None,
+        seed: int = 0,
+    ):
+        self.engine = engine
+        self.domain = domain
+        self.sampling = sampling
+        self.limits = limits or RunnerLimits()
+        self.seed = seed
+        self.engine_calls = 0
+        self.idle: list[_Worker] = []
+        self.selector = selectors.DefaultSelector()
+
+    def close(self) -> None:
+        for w in self.idle:
+            self._kill(w)
+        self.idle.clear()
+
+    def run(self, jobs: list[RolloutJob], on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
+        queue = deque(enumerate(jobs))
+        results: dict[int, Rollout] = {}
+        busy: dict[int, tuple[int, _Worker]] = {}  # fd -> (job index, worker)
+        while queue or busy:
+            while queue and len(busy) < self.limits.workers:
+                index, job = queue.popleft()
+                w = self._start_job(job)
+                busy[w.proc.stdout.fileno()] = (index, w)
+            timeout = self._next_deadline(busy)
+            for key, _ in self.selector.select(timeout):
+                index, w = busy[key.fd]
+                if not self._pump(w):
+                    continue
+                if w.rollout is not None and w.job is None:
+                    results[index] = self._finish(w, busy, key.fd)
+                    if on_done:
+                        on_done(results[index])
+            for fd, (index, w) in list(busy.items()):
+                reason = self._overdue(w)
+                if reason:
+                    results[index] = self._fail(w, busy, fd, reason)
+                    if on_done:
+                        on_done(results[index])
+            waiting = [w for _, w in busy.values() if w.request is not None]
+            if waiting and len(waiting) == len(busy):
+                self._serve_model(waiting)
+        return [results[i] for i in range(len(jobs))]
+
+    def _spawn(self) -> _Worker:
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+        }
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-s",
+                "-m",
+                "whale.harness.worker",
+                str(self.limits.memory_mb),
+                str(self.limits.cpu_s),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+            cwd="/",
+        )
+        return _Worker(proc)
+
+    def _start_job(self, job: RolloutJob) -> _Worker:
+        w = self.idle.pop() if self.idle else self._spawn()
+        now = time.monotonic()
+        w.job, w.task, w.started, w.resumed, w.request = job, job.task, now, now, None
+        w.rollout = Rollout(job.task.id, job.harness.id, self.engine.weights_version, job.sample)
+        w.toolbox = self.domain.toolbox(job.task)
+        self.selector.register(w.proc.stdout, selectors.EVENT_READ)
+        self._send(
+            w,
+            {
+                "op": "run",
+                "code": job.harness.source,
+                "task": job.task.inputs,
+                "tools": list(w.toolbox.names),
+            },
+        )
+        return w
+
+    def _send(self, w: _Worker, msg: dict[str, Any]) -> None:
+        data = json.dumps(msg, default=str).encode()
+        try:
+            w.proc.stdin.write(struct.pack(">I", len(data)) + data)
+            w.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the worker died; its EOF is seen by the select loop
+
+    def _pump(self, w: _Worker) -> bool:
+        """Read what the worker wrote and handle complete frames. False when the worker is gone."""
+        chunk = os.read(w.proc.stdout.fileno(), 1 << 16)
+        if not chunk:
+            code = w.proc.wait()
+            w.rollout.error = w.rollout.error or _exit_reason(code)
+            w.job = None
+            return True
+        w.buf.extend(chunk)
+        while len(w.buf) >= 4:
+            (size,) = struct.unpack(">I", w.buf[:4])
+            if size > MAX_FRAME:
+                self._kill(w)
+                w.rollout.error = f"protocol: worker sent a {size}-byte message (limit {MAX_FRAME})"
+                w.job = None
+                return True
+            if len(w.buf) < 4 + size:
+                break
+            frame = bytes(w.buf[4 : 4 + size])
+            del w.buf[: 4 + size]
+            try:
+                msg = json.loads(frame)
+            except ValueError:
+                msg = {"op": "invalid"}
+            self._handle(w, msg)
+            if w.job is None:
+                break
+        return True
+
+    def _handle(self, w: _Worker, msg: dict[str, Any]) -> None:
+        op = msg.get("op") if isinstance(msg, dict) else None
+        if op == "ready":
+            return
+        if op == "chat":
+            error = self._check_chat(w, msg)
+            if error:
+                self._send(w, {"op": "error", "message": error})
+            else:
+                w.request = msg
+            return
+        if op == "tool":
+            self._serve_tool(w, msg)
+            return
+        if op == "done":
+            w.rollout.answer = msg.get("answer") if isinstance(msg.get("answer"), str) else None
+            w.rollout.error = msg.get("error")
+            w.rollout.logs = [str(x) for x in msg.get("logs", [])][:200]
+            w.rollout.timings["harness_s"] = float(msg.get("harness_s", 0.0))
+            w.job = None
+            return
+        self._kill(w)
+        w.rollout.error = f"protocol: unexpected message {str(op)[:40]!r}"
+        w.job = None
+
+    def _check_chat(self, w: _Worker, msg: dict[str, Any]) -> str | None:
+        messages = msg.get("messages")
+        ok = (
+            isinstance(messages, list)
+            and messages
+            and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages
+            )
+        )
+        if not ok:
+            return "llm.chat: messages must be a non-empty list of {'role': str, 'content': str}"
+        n = msg.get("n", 1)
+        if not isinstance(n, int) or not 1 <= n <= self.limits.max_samples_per_call:
+            return f"llm.chat: n must be an int in 1..{self.limits.max_samples_per_call}"
+        if len(w.rollout.calls) + n > self.limits.max_model_calls:
+            return f"llm.chat: rollout exceeded {self.limits.max_model_calls} model calls"
+        for key, kind in (("max_tokens", int), ("temperature", (int, float))):
+            if msg.get(key) is not None and not isinstance(msg[key], kind):
+                return f"llm.chat: {key} has the wrong type"
+        stop = msg.get("stop")
+        if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
+            return "llm.chat: stop must be a string or a list of non-empty strings"
+        return None
+
+    def _params(self, msg: dict[str, Any]) -> SamplingParams:
+        base = self.sampling
+        max_tokens = min(int(msg.get("max_tokens") or base.max_tokens), self.limits.max_tokens_cap)
+        temperature = (
+            base.temperature if msg.get("temperature") is None else min(max(msg["temperature"], 0.0), 2.0)
+        )
+        return SamplingParams(
+            temperature, base.top_p, base.top_k, max(1, max_tokens), tuple(msg.get("stop") or ())
+        )
+
+    def _serve_model(self, waiting: list[_Worker]) -> None:
+        requests, owners = [], []
+        for w in waiting:
+            params = self._params(w.request)
+            for _ in range(w.request.get("n", 1)):
+                requests.append(GenerationRequest(w.request["messages"], params))
+                owners.append(w)
+        self.engine_calls += 1
+        generations = self.engine.generate(requests, seed=self.seed * 1_000_003 + self.engine_calls)
+        texts: dict[int, list[str]] = {}
+        for w, req, g in zip(owners, requests, generations, strict=True):
+            w.rollout.calls.append(
+                ModelCall(
+                    req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason,
+                    bool(w.request.get("train", True)),
+                    {"temperature": req.params.temperature, "top_p": req.params.top_p, "top_k": req.params.top_k,
+                     "max_tokens": req.params.max_tokens, "stop": list(req.params.stop)},
+                )
+            )  # fmt: skip
+            texts.setdefault(id(w), []).append(g.text)
+        now = time.monotonic()
+        for w in waiting:
+            w.request, w.resumed = None, now
+            self._send(w, {"op": "chat_result", "texts": texts[id(w)]})
+
+    def _serve_tool(self, w: _Worker, msg: dict[str, Any]) -> None:
+        name, args, kwargs = msg.get("name"), msg.get("args", []), msg.get("kwargs", {})
+        call = ToolCall(
+            str(name), args if isinstance(args, list) else [], kwargs if isinstance(kwargs, dict) else {}
+        )
+        if len(w.rollout.tool_calls) >= self.limits.max_tool_calls:
+            call.error = f"rollout exceeded {self.limits.max_tool_calls} tool calls"
+        elif name not in w.toolbox.names:
+            call.error = f"unknown tool {str(name)[:40]!r}"
+        else:
+            try:
+                call.result = w.toolbox.call(name, call.args, call.kwargs)
+                json.dumps(call.result)
+            except ToolError as exc:
+                call.error = str(exc)
+            except (TypeError, ValueError) as exc:
+                call.error = f"bad arguments for {name}: {exc}"
+        w.rollout.tool_calls.append(call)
+        w.resumed = time.monotonic()
+        if call.error is not None:
+            self._send(w, {"op": "error", "message": call.error})
+        else:
+            self._send(w, {"op": "tool_result", "value": call.result})
+
+    def _next_deadline(self, busy: dict[int, tuple[int, _Worker]]) -> float:
+        now = time.monotonic()
+        deadlines = [self._deadline(w) - now for _, w in busy.values()]
+        return max(0.0, min(deadlines, default=0.5))
+
+    def _deadline(self, w: _Worker) -> float:
+        total = w.started + self.limits.rollout_timeout_s
+        return total if w.request is not None else min(total, w.resumed + self.limits.step_timeout_s)
+
+    def _overdue(self, w: _Worker) -> str | None:
+        now = time.monotonic()
+        if now - w.started > self.limits.rollout_timeout_s:
+            return f"timeout: rollout ran over {self.limits.rollout_timeout_s:g}s"
+        if w.request is None and now - w.resumed > self.limits.step_timeout_s:
+            return f"timeout: harness computed {self.limits.step_timeout_s:g}s without a model or tool call"
+        return None
+
+    def _finish(self, w: _Worker, busy: dict, fd: int) -> Rollout:
+        rollout = w.rollout
+        self.selector.unregister(fd)
+        del busy[fd]
+        if rollout.error is None:
+            rollout.reward = float(self.domain.verify(w.task, rollout.answer, w.toolbox))
+        rollout.timings["wall_s"] = time.monotonic() - w.started
+        w.rollout, w.toolbox, w.task, w.served = None, None, None, w.served + 1
+        if w.proc.poll() is None and w.served < self.limits.rollouts_per_worker:
+            self.idle.append(w)
+        else:
+            self._kill(w)
+        return rollout
+
+    def _fail(self, w: _Worker, busy: dict, fd: int, reason: str) -> Rollout:
+        self._kill(w)
+        w.rollout.error = reason
+        w.job = None
+        return self._finish(w, busy, fd)
+
+    def _kill(self, w: _Worker) -> None:
+        if w.proc.poll() is None:
+            try:
+                os.killpg(w.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            w.proc.wait()
+        for stream in (w.proc.stdin, w.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def _exit_reason(code: int) -> str:
+    """Name the limit that most likely killed a worker from its exit status."""
+    if code == -signal.SIGXCPU:
+        return "cpu: worker exceeded its CPU-time limit"
+    if code == -signal.SIGKILL:
+        return "killed: worker was killed (memory or timeout)"
+    if code < 0:
+        return f"crash: worker died on signal {signal.Signals(-code).name}"
+    return f"crash: worker exited with status {code}"

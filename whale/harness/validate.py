@@ -1,0 +1,61 @@
+"""Static checks on harness source before anything runs it (first line of defence, not the only one)."""
+
+from __future__ import annotations
+
+import ast
+
+ALLOWED_IMPORTS = frozenset(
+    {"re", "math", "json", "collections", "itertools", "functools", "statistics", "random", "string"}
+)
+FORBIDDEN_NAMES = frozenset(
+    {
+        "open", "exec", "eval", "compile", "__import__", "getattr", "setattr", "delattr", "globals",
+        "locals", "vars", "input", "breakpoint", "help", "memoryview", "type", "object", "super",
+        "classmethod", "staticmethod", "property", "exit", "quit",
+    }
+)  # fmt: skip
+MAX_SOURCE_BYTES = 64_000
+
+
+class HarnessInvalid(ValueError):
+    """The harness source breaks the contract; the message says where and why."""
+
+
+def problems(source: str) -> list[str]:
+    """Every contract violation found in `source`, as 'line N: reason' strings (empty when valid)."""
+    if len(source.encode()) > MAX_SOURCE_BYTES:
+        return [f"source is {len(source.encode())} bytes, over the {MAX_SOURCE_BYTES}-byte limit"]
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return [f"line {exc.lineno}: syntax error: {exc.msg}"]
+    found: list[str] = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name not in ALLOWED_IMPORTS:
+                    found.append(f"line {line}: import of {alias.name!r} is not allowed")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level or node.module not in ALLOWED_IMPORTS:
+                found.append(f"line {line}: import from {node.module!r} is not allowed")
+            for alias in node.names:
+                if alias.name.startswith("_") or alias.name == "*":
+                    found.append(f"line {line}: import of {alias.name!r} is not allowed")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            found.append(f"line {line}: access to private attribute {node.attr!r}")
+        elif isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
+            found.append(f"line {line}: use of {node.id!r} is not allowed")
+    runs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
+    if not runs:
+        found.append("no top-level `def run(task, llm, tools)`")
+    elif len(runs[0].args.args) != 3:
+        found.append(f"line {runs[0].lineno}: run() must take exactly (task, llm, tools)")
+    return found
+
+
+def check(source: str) -> None:
+    """Raise HarnessInvalid naming the first problems found."""
+    found = problems(source)
+    if found:
+        raise HarnessInvalid("; ".join(found[:5]))

@@ -1,0 +1,1 @@
+"""Model layer: engine protocol, batched HF engine, model loading, trainer."""

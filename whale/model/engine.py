@@ -1,0 +1,41 @@
+"""The engine seam: what every generation backend (HF in-process, vLLM, remote) must provide."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling semantics shared by every engine; meanings follow HF/vLLM (0 disables top_k)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 64
+    stop: tuple[str, ...] = ()
+
+
+@dataclass
+class GenerationRequest:
+    messages: list[dict[str, str]]
+    params: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass
+class Generation:
+    """One sampled completion, with the exact token ids the model saw and produced."""
+
+    text: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    finish_reason: str  # "stop" (stop string), "eos", or "length"
+
+
+class Engine(Protocol):
+    """Generates completions for many requests at once; records exact token ids."""
+
+    weights_version: str
+
+    def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]: ...

@@ -1,0 +1,145 @@
+"""In-process batched engine over a transformers causal LM.
+
+One `generate` call decodes many requests together with a KV cache (left padding, per-row stop
+conditions), and returns the exact prompt and completion token ids so training never re-tokenizes text.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+from whale.model.engine import Generation, GenerationRequest, SamplingParams
+
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of a chat prompt, ending with the assistant turn header."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def sample_next(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> torch.Tensor:
+    """Sample one token per row with HF/vLLM semantics: temperature, then top_k, then top_p."""
+    if params.temperature <= 0:
+        return logits.argmax(-1)
+    logits = logits.float() / params.temperature
+    if params.top_k > 0 and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        probs = sorted_logits.softmax(-1)
+        drop = probs.cumsum(-1) - probs > params.top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    probs = logits.softmax(-1)
+    return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+
+
+class HFEngine:
+    """Batched KV-cache decoding with a transformers model, served in place (training updates it)."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_batch: int = 64, weights_version: str = "w0"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch = max_batch
+        self.weights_version = weights_version
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        eos_ids.add(tokenizer.eos_token_id)
+        self.eos_ids = {int(i) for i in eos_ids if i is not None}
+        self.tokens_generated = 0
+
+    def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]:
+        prompts = [chat_prompt_ids(self.tokenizer, r.messages) for r in requests]
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for i, r in enumerate(requests):
+            p = r.params
+            groups[(p.temperature, p.top_p, p.top_k)].append(i)
+        out: list[Generation | None] = [None] * len(requests)
+        gen = torch.Generator().manual_seed(seed)
+        for members in groups.values():
+            members.sort(key=lambda i: len(prompts[i]))
+            for start in range(0, len(members), self.max_batch):
+                chunk = members[start : start + self.max_batch]
+                results = self._decode([prompts[i] for i in chunk], [requests[i].params for i in chunk], gen)
+                for i, g in zip(chunk, results, strict=True):
+                    out[i] = g
+        return [g for g in out if g is not None]
+
+    @torch.no_grad()
+    def _decode(
+        self, prompts: list[list[int]], params: list[SamplingParams], gen: torch.Generator
+    ) -> list[Generation]:
+        was_training = self.model.training
+        self.model.eval()
+        n = len(prompts)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for row, p in enumerate(prompts):
+            ids[row, width - len(p) :] = torch.tensor(p)
+            mask[row, width - len(p) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        max_new = max(p.max_tokens for p in params)
+        completions: list[list[int]] = [[] for _ in range(n)]
+        finish: list[str | None] = [None] * n
+        texts: list[str] = [""] * n
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        cache = out.past_key_values
+        logits = out.logits[:, -1]
+        last_pos = positions[:, -1]
+        for _ in range(max_new):
+            nxt = sample_next(logits, params[0], gen)
+            for row in range(n):
+                if finish[row] is not None:
+                    nxt[row] = self.pad_id
+                    continue
+                tok = int(nxt[row])
+                completions[row].append(tok)
+                self.tokens_generated += 1
+                finish[row] = self._check_finished(row, tok, completions[row], params[row], texts)
+            if all(f is not None for f in finish):
+                break
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=torch.long)], dim=-1)
+            last_pos = last_pos + 1
+            out = self.model(
+                input_ids=nxt[:, None],
+                attention_mask=mask,
+                position_ids=last_pos[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1]
+        if was_training:
+            self.model.train()
+        results = []
+        for row in range(n):
+            reason = finish[row] or "length"
+            text = texts[row] if reason == "stop" else self._decode_text(completions[row])
+            results.append(Generation(text, list(prompts[row]), completions[row], reason))
+        return results
+
+    def _decode_text(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _check_finished(
+        self, row: int, tok: int, completion: list[int], params: SamplingParams, texts: list[str]
+    ) -> str | None:
+        if tok in self.eos_ids:
+            return "eos"
+        if params.stop:
+            text = self._decode_text(completion)
+            cut = min((text.find(s) for s in params.stop if s in text), default=-1)
+            if cut >= 0:
+                texts[row] = text[:cut]
+                return "stop"
+        if len(completion) >= params.max_tokens:
+            return "length"
+        return None

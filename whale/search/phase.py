@@ -1,0 +1,126 @@
+"""One harness-search iteration under frozen weights, and the incumbent re-evaluation at phase start.
+
+Each proposed candidate is validated statically, smoke-tested on a couple of tasks, then evaluated on the
+whole harness-search split. The best challenger replaces the incumbent only when its paired per-task
+improvement has a lower confidence bound above zero (no winner's curse from a bare argmax).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from whale.domains.base import Task
+from whale.harness import validate
+from whale.harness.records import HarnessCandidate, Rollout
+from whale.harness.runner import RolloutJob, RolloutRunner
+from whale.metrics import decide_acceptance
+from whale.search.archive import Archive, CandidateEval
+from whale.search.mutation import MutationProposer, signature
+
+
+@dataclass
+class IterationResult:
+    incumbent: HarnessCandidate
+    incumbent_eval: CandidateEval
+    accepted: bool
+    reason: str
+    rollouts: list[Rollout] = field(default_factory=list)
+    evaluated: list[CandidateEval] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def summarize(candidate_id: str, weights_version: str, rollouts: list[Rollout]) -> CandidateEval:
+    by_task: dict[str, list[float]] = defaultdict(list)
+    for r in rollouts:
+        by_task[r.task_id].append(r.reward)
+    per_task = {t: sum(v) / len(v) for t, v in by_task.items()}
+    n = max(len(rollouts), 1)
+    return CandidateEval(
+        candidate_id=candidate_id,
+        weights_version=weights_version,
+        per_task=per_task,
+        mean=sum(per_task.values()) / max(len(per_task), 1),
+        tokens_per_rollout=sum(r.generated_tokens for r in rollouts) / n,
+        calls_per_rollout=sum(len(r.calls) for r in rollouts) / n,
+        errors=sum(r.error is not None for r in rollouts),
+    )
+
+
+def evaluate_candidate(
+    runner: RolloutRunner,
+    archive: Archive,
+    candidate: HarnessCandidate,
+    tasks: list[Task],
+    rollouts_per_task: int,
+    on_done: Callable[[Rollout], None] | None = None,
+) -> tuple[CandidateEval, list[Rollout]]:
+    jobs = [RolloutJob(t, candidate, s) for t in tasks for s in range(rollouts_per_task)]
+    rollouts = runner.run(jobs, on_done)
+    ev = summarize(candidate.id, runner.engine.weights_version, rollouts)
+    archive.record_eval(ev, rollouts)
+    return ev, rollouts
+
+
+def search_iteration(
+    runner: RolloutRunner,
+    archive: Archive,
+    proposer: MutationProposer,
+    incumbent: HarnessCandidate,
+    incumbent_eval: CandidateEval,
+    tasks: list[Task],
+    n_candidates: int,
+    rollouts_per_task: int,
+    smoke_tasks: int,
+    alpha: float,
+    seed: int,
+    on_done: Callable[[Rollout], None] | None = None,
+) -> IterationResult:
+    weights = runner.engine.weights_version
+    frontier = [archive.load(cid) for cid in archive.update_frontier(weights) if cid != incumbent.id]
+    seen = {signature(archive.load(cid).source) for cid in archive.ids() if _parses(archive.load(cid).source)}
+    counter = iter(range(len(archive.ids()), 10**6))
+    candidates = proposer.propose([incumbent, *frontier], seen, n_candidates, lambda: f"c{next(counter):04d}")
+    result = IterationResult(incumbent, incumbent_eval, False, "no valid challenger")
+    for cand in candidates:
+        archive.add(cand)
+        problems = validate.problems(cand.source)
+        if problems:
+            archive.set_status(cand, "invalid", "; ".join(problems[:3]))
+            result.failed[cand.id] = problems[0]
+            continue
+        smoke = runner.run([RolloutJob(t, cand, 0) for t in tasks[:smoke_tasks]], on_done)
+        result.rollouts += smoke
+        if all(r.error is not None for r in smoke):
+            archive.set_status(cand, "failed", f"smoke test: {smoke[0].error}")
+            result.failed[cand.id] = smoke[0].error or ""
+            continue
+        archive.set_status(cand, "evaluated")
+        ev, spent = evaluate_candidate(runner, archive, cand, tasks, rollouts_per_task, on_done)
+        result.rollouts += spent
+        result.evaluated.append(ev)
+    if result.evaluated:
+        best = max(result.evaluated, key=lambda e: (e.mean, -e.tokens_per_rollout))
+        ids = sorted(incumbent_eval.per_task)
+        decision = decide_acceptance(
+            [best.per_task[t] for t in ids], [incumbent_eval.per_task[t] for t in ids], alpha=alpha, seed=seed
+        )
+        result.reason = f"{best.candidate_id} vs {incumbent.id}: {decision.reason}"
+        if decision.accepted:
+            result.accepted = True
+            result.incumbent = archive.load(best.candidate_id)
+            result.incumbent_eval = best
+            archive.set_status(result.incumbent, "accepted", decision.reason)
+        else:
+            archive.set_status(archive.load(best.candidate_id), "rejected", decision.reason)
+    archive.update_frontier(weights)
+    return result
+
+
+def _parses(source: str) -> bool:
+    try:
+        signature(source)
+    except SyntaxError:
+        return False
+    return True
