@@ -14,6 +14,15 @@ FORBIDDEN_NAMES = frozenset(
         "classmethod", "staticmethod", "property", "exit", "quit",
     }
 )  # fmt: skip
+# Introspection attributes that lead from any generator, coroutine, frame or traceback to the worker's
+# own globals (and so to `os`); none starts with an underscore, so they are named one by one.
+FORBIDDEN_ATTRIBUTES = frozenset(
+    {
+        "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "cr_origin", "ag_frame",
+        "ag_code", "ag_await", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame",
+        "tb_next", "co_code", "func_globals",
+    }
+)  # fmt: skip
 MAX_SOURCE_BYTES = 64_000
 
 
@@ -28,7 +37,9 @@ def problems(source: str) -> list[str]:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return [f"line {exc.lineno}: syntax error: {exc.msg}"]
+        return [f"line {exc.lineno or 1}: syntax error: {exc.msg}"]
+    except ValueError as exc:  # e.g. a NUL byte in the source
+        return [f"line {source[: source.find(chr(0))].count(chr(10)) + 1}: {exc}"]
     found: list[str] = []
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
@@ -44,6 +55,8 @@ def problems(source: str) -> list[str]:
                     found.append(f"line {line}: import of {alias.name!r} is not allowed")
         elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
             found.append(f"line {line}: access to private attribute {node.attr!r}")
+        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
+            found.append(f"line {line}: access to introspection attribute {node.attr!r}")
         elif isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
             found.append(f"line {line}: use of {node.id!r} is not allowed")
     runs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]

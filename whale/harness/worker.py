@@ -196,6 +196,18 @@ def limit_resources(memory_mb: int, cpu_s: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, highest + 1))
 
 
+BLOCKED_EVENT_PREFIXES = ("open", "os.", "subprocess.", "socket.", "shutil.", "ctypes.", "pty.", "sys._getframe",
+                          "object.__getattr__", "object.__setattr__", "object.__delattr__", "import", "urllib.",
+                          "signal.", "resource.", "fcntl.", "mmap.", "sqlite3.", "code.__new__", "function.__new__")
+
+
+def forbid_system_access(event: str, args: tuple) -> None:
+    """Audit hook, the second layer under the static checks: once a harness may run, no file, process,
+    socket or frame-introspection event is allowed in this process, whatever path reached it."""
+    if event.startswith(BLOCKED_EVENT_PREFIXES):
+        raise RuntimeError(f"forbidden operation in harness: {event}")
+
+
 def main() -> None:
     memory_mb, cpu_s = int(sys.argv[1]), int(sys.argv[2])
     proxies = {name: module_proxy(__import__(name)) for name in PRELOADED}
@@ -206,6 +218,7 @@ def main() -> None:
     os.close(null)
     limit_resources(memory_mb, cpu_s)
     sys.setrecursionlimit(500)
+    sys.addaudithook(forbid_system_access)
     channel.send({"op": "ready"})
     while True:
         msg = channel.recv()

@@ -79,43 +79,39 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         n = len(prompts)
-        width = max(len(p) for p in prompts)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for row, p in enumerate(prompts):
-            ids[row, width - len(p) :] = torch.tensor(p)
-            mask[row, width - len(p) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        max_new = max(p.max_tokens for p in params)
+        logits, cache, mask, last_pos = self._prefill(prompts)
         completions: list[list[int]] = [[] for _ in range(n)]
         finish: list[str | None] = [None] * n
         texts: list[str] = [""] * n
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        cache = out.past_key_values
-        logits = out.logits[:, -1]
-        last_pos = positions[:, -1]
-        for _ in range(max_new):
+        rows = list(range(n))  # batch position -> request row; finished rows are compacted away
+        for _ in range(max(p.max_tokens for p in params)):
             nxt = sample_next(logits, params[0], gen)
-            for row in range(n):
+            for pos, row in enumerate(rows):
                 if finish[row] is not None:
-                    nxt[row] = self.pad_id
+                    nxt[pos] = self.pad_id
                     continue
-                tok = int(nxt[row])
+                tok = int(nxt[pos])
                 completions[row].append(tok)
                 self.tokens_generated += 1
                 finish[row] = self._check_finished(row, tok, completions[row], params[row], texts)
-            if all(f is not None for f in finish):
+            live = [pos for pos, row in enumerate(rows) if finish[row] is None]
+            if not live:
                 break
-            mask = torch.cat([mask, torch.ones((n, 1), dtype=torch.long)], dim=-1)
+            if len(live) <= 0.75 * len(rows):
+                keep = torch.tensor(live, dtype=torch.long)
+                cache.reorder_cache(keep)
+                rows = [rows[pos] for pos in live]
+                nxt, mask, last_pos = nxt[keep], mask[keep], last_pos[keep]
+            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=-1)
             last_pos = last_pos + 1
             out = self.model(
                 input_ids=nxt[:, None],
                 attention_mask=mask,
                 position_ids=last_pos[:, None],
-                past_key_values=cache,
+                cache=cache,
                 use_cache=True,
             )
-            cache = out.past_key_values
+            cache = out.cache
             logits = out.logits[:, -1]
         if was_training:
             self.model.train()
@@ -125,6 +121,37 @@ class HFEngine:
             text = texts[row] if reason == "stop" else self._decode_text(completions[row])
             results.append(Generation(text, list(prompts[row]), completions[row], reason))
         return results
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """Run the prompts through the model once; a prefix shared by every prompt is computed once.
+
+        Rows are laid out as [shared prefix][left padding][own suffix]; the mask hides the padding and
+        positions count only real tokens, so results match an unpadded forward pass. Only the last
+        position's logits are computed (the LM head is a fifth of this model's FLOPs).
+        """
+        n = len(prompts)
+        shared = _common_prefix_len(prompts)
+        shared = min(shared, min(len(p) for p in prompts) - 1)
+        cache = None
+        if shared < 8:
+            shared = 0
+        else:
+            out = self.model(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True, logits_to_keep=1)
+            cache = out.cache
+            cache.reorder_cache(torch.zeros(n, dtype=torch.long))
+        suffixes = [p[shared:] for p in prompts]
+        width = max(len(sfx) for sfx in suffixes)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        suffix_mask = torch.zeros((n, width), dtype=torch.long)
+        for row, sfx in enumerate(suffixes):
+            ids[row, width - len(sfx) :] = torch.tensor(sfx)
+            suffix_mask[row, width - len(sfx) :] = 1
+        positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([torch.ones((n, shared), dtype=torch.long), suffix_mask], dim=-1)
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+        )
+        return out.logits[:, -1], out.cache, mask, positions[:, -1]
 
     def _decode_text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -143,3 +170,13 @@ class HFEngine:
         if len(completion) >= params.max_tokens:
             return "length"
         return None
+
+
+def _common_prefix_len(seqs: list[list[int]]) -> int:
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for i in range(n):
+        tok = first[i]
+        if any(s[i] != tok for s in seqs):
+            return i
+    return n

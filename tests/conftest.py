@@ -1,0 +1,116 @@
+"""Shared fixtures: the real tiny Llama model with the embedded SmolLM2 tokenizer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from whale.domains.base import SPLITS, Task, ToolError
+from whale.model.engine import Generation, GenerationRequest
+from whale.model.loading import load_model, tiny_model
+
+# The tiny model's matrices are 64 wide: one thread is far faster than several contending ones.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Any, Any]:
+    """(model, tokenizer) from `load_model("tiny")`, shared by the tests of one module (do not train it)."""
+    return load_model("tiny")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny: tuple[Any, Any]) -> Any:
+    return tiny[1]
+
+
+@pytest.fixture
+def make_tiny(tokenizer: Any) -> Callable[..., Any]:
+    """A factory for fresh tiny models that `load_model("tiny")` would build (for tests that train)."""
+
+    def make(seed: int = 0) -> Any:
+        model = tiny_model(len(tokenizer), seed)
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        return model
+
+    return make
+
+
+# ---- test doubles for the domain and engine seams (real-model runs are covered in tests/model) ----------
+
+SECRET = "GOLD-SECRET-7f3a"
+
+GOOD_HARNESS = """\
+def run(task, llm, tools):
+    reply = llm.chat([{"role": "user", "content": "add " + str(task["a"]) + " and " + str(task["b"])}])
+    return str(tools.add(task["a"], task["b"]))
+"""
+
+
+class AddToolbox:
+    names = ("add",)
+
+    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if not all(isinstance(a, int) for a in args) or kwargs:
+            raise ToolError("add takes integers")
+        return sum(args)
+
+
+class AddDomain:
+    """Tasks 'add a and b'; the gold answer (and a secret marker) live only in Task.gold."""
+
+    name = "add"
+    brief = "Add two integers; a tool `add(a, b)` is available."
+
+    def __init__(self, n: int = 6):
+        self.tasks = [
+            Task(f"add-{i}", {"a": i, "b": 10 * i + 3}, {"answer": str(11 * i + 3), "secret": SECRET})
+            for i in range(n)
+        ]
+
+    def splits(self) -> dict[str, list[Task]]:
+        return {split: list(self.tasks) for split in SPLITS}
+
+    def seed_harness(self) -> str:
+        return GOOD_HARNESS
+
+    def toolbox(self, task: Task) -> AddToolbox:
+        return AddToolbox()
+
+    def verify(self, task: Task, answer: str | None, toolbox: Any) -> float:
+        return 1.0 if answer == task.gold["answer"] else 0.0
+
+    def knob_pool(self) -> dict[str, list[Any]]:
+        return {}
+
+
+class FakeEngine:
+    """Answers every request at once and records the batch sizes it was given."""
+
+    def __init__(self, weights_version: str = "w-fake"):
+        self.weights_version = weights_version
+        self.batch_sizes: list[int] = []
+        self.seeds: list[int] = []
+
+    def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]:
+        self.batch_sizes.append(len(requests))
+        self.seeds.append(seed)
+        out = []
+        for r in requests:
+            text = "echo: " + r.messages[-1]["content"]
+            ids = list(range(1, min(r.params.max_tokens, 5) + 1))
+            out.append(Generation(text, [len(r.messages), 7, 7], ids, "length"))
+        return out
+
+
+@pytest.fixture
+def add_domain() -> AddDomain:
+    return AddDomain()
+
+
+@pytest.fixture
+def fake_engine() -> FakeEngine:
+    return FakeEngine()

@@ -1,0 +1,266 @@
+"""RolloutRunner with real sandbox worker processes, a test domain and a recording test engine."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from whale.harness.records import HarnessCandidate
+from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.model.engine import SamplingParams
+
+SAMPLING = SamplingParams(temperature=0.7, max_tokens=4)
+
+
+def harness(source: str, hid: str = "h") -> HarnessCandidate:
+    return HarnessCandidate(hid, source)
+
+
+def body(*lines: str) -> str:
+    return "def run(task, llm, tools):\n" + "".join(f"    {line}\n" for line in lines)
+
+
+@pytest.fixture
+def make_runner(fake_engine, add_domain):
+    """Runners whose spawned worker processes are recorded (to check that killed ones are gone)."""
+    made = []
+
+    def make(**limits):
+        runner = RolloutRunner(fake_engine, add_domain, SAMPLING, RunnerLimits(**limits), seed=3)
+        runner.spawned = []
+        spawn = runner._spawn
+
+        def recording_spawn():
+            w = spawn()
+            runner.spawned.append(w.proc)
+            return w
+
+        runner._spawn = recording_spawn
+        made.append(runner)
+        return runner
+
+    yield make
+    for runner in made:
+        runner.close()
+
+
+def group_alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_good_harness_is_rewarded_by_the_parent_side_verifier(make_runner, add_domain, fake_engine):
+    runner = make_runner(workers=2)
+    tasks = add_domain.tasks[:4]
+    done = []
+    rollouts = runner.run(
+        [RolloutJob(t, harness(add_domain.seed_harness(), "good"), s) for t in tasks for s in range(2)],
+        on_done=done.append,
+    )
+    assert [(r.task_id, r.sample) for r in rollouts] == [(t.id, s) for t in tasks for s in range(2)]
+    assert sorted(id(r) for r in done) == sorted(id(r) for r in rollouts)
+    for r, t in zip(rollouts[::2], tasks, strict=True):
+        assert r.error is None
+        assert r.answer == t.gold["answer"] and r.reward == 1.0
+        assert r.harness_id == "good" and r.weights_version == "w-fake"
+        (call,) = r.calls
+        assert call.messages == [{"role": "user", "content": f"add {t.inputs['a']} and {t.inputs['b']}"}]
+        assert call.text == "echo: " + call.messages[0]["content"]
+        assert call.prompt_ids == [1, 7, 7] and call.completion_ids == [1, 2, 3, 4]
+        assert call.train is True
+        assert call.params == {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_tokens": 4, "stop": []}
+        (tool,) = r.tool_calls
+        assert (tool.name, tool.args, tool.result, tool.error) == ("add", [t.inputs["a"], t.inputs["b"]],
+                                                                  int(t.gold["answer"]), None)  # fmt: skip
+        assert r.generated_tokens == 4
+    assert len(runner.spawned) == 2  # 8 jobs on 2 workers: workers are reused
+    assert runner.engine_calls == len(fake_engine.batch_sizes)
+
+
+def test_wrong_answer_gets_zero_reward_without_error(make_runner, add_domain):
+    runner = make_runner(workers=1)
+    (r,) = runner.run([RolloutJob(add_domain.tasks[2], harness(body("return '999999'")), 0)])
+    assert r.error is None and r.answer == "999999" and r.reward == 0.0
+
+
+def test_hostile_harnesses_fail_alone_and_the_runner_keeps_going(make_runner, add_domain, tmp_path):
+    target = tmp_path / "pwned.txt"
+    hostile = {
+        "open": body(f"open({str(target)!r}, 'w').write('x')", "return '1'"),
+        "import_os": "import os\n" + body(f"os.system('touch {target}')", "return '1'"),
+        "loop": body("while True:", "    pass"),
+        "memory": body("x = []", "while True:", "    x.append('a' * 10**6)"),
+        "random_os": "import random\n" + body("random._os.system('true')", "return '1'"),
+        "json_codecs": "import json\n"
+        + body(f"json.codecs.open({str(target)!r}, 'w').write('x')", "return 1"),
+        "non_string": body("return ['not', 'a', 'string']"),
+        "missing_tool": body("return str(tools.shell('ls'))"),
+        "chat_spam": body(
+            "for _ in range(50):", "    llm.chat([{'role': 'user', 'content': 'again'}])", "return '3'"
+        ),  # fmt: skip
+        "huge_answer": body("return 'a' * (5 << 20)"),
+        "syntax": "def run(task, llm, tools)\n    return '1'\n",
+        "no_run": "X = 1\n",
+        "raises": body("raise ValueError('boom')"),
+    }
+    runner = make_runner(workers=3, step_timeout_s=1.0, memory_mb=256, max_model_calls=4)
+    task = add_domain.tasks[1]
+    good = harness(add_domain.seed_harness(), "good")
+    jobs = [RolloutJob(task, harness(src, name), 0) for name, src in hostile.items()]
+    jobs += [RolloutJob(t, good, 0) for t in add_domain.tasks[:4]]
+    start = time.monotonic()
+    rollouts = runner.run(jobs)
+    assert time.monotonic() - start < 20
+    by_name = dict(zip(hostile, rollouts, strict=False))
+    for name, r in by_name.items():
+        assert r.harness_id == name
+        assert r.error, f"{name}: no error recorded"
+        assert r.reward == 0.0, name
+    assert not target.exists()
+    assert "NameError" in by_name["open"].error
+    assert "ImportError" in by_name["import_os"].error
+    assert by_name["loop"].error.startswith("timeout")
+    assert "MemoryError" in by_name["memory"].error
+    assert "AttributeError" in by_name["random_os"].error and "_os" in by_name["random_os"].error
+    assert "AttributeError" in by_name["json_codecs"].error and "codecs" in by_name["json_codecs"].error
+    assert "expected str" in by_name["non_string"].error
+    assert "shell" in by_name["missing_tool"].error
+    assert "4 model calls" in by_name["chat_spam"].error and len(by_name["chat_spam"].calls) == 4
+    assert by_name["huge_answer"].error.startswith("protocol")
+    assert "SyntaxError" in by_name["syntax"].error
+    assert "ValueError: boom" in by_name["raises"].error
+    for r, t in zip(rollouts[len(hostile) :], add_domain.tasks[:4], strict=True):
+        assert r.error is None and r.reward == 1.0 and r.answer == t.gold["answer"]
+    # and the same runner still serves a later run
+    (again,) = runner.run([RolloutJob(task, good, 1)])
+    assert again.error is None and again.reward == 1.0
+
+
+def test_gold_answer_never_reaches_the_harness(make_runner, add_domain):
+    runner = make_runner(workers=2)
+    snoop = body("print(repr(tools), repr(llm), sorted(task))", "return str(task)")
+    tasks = add_domain.tasks[1:4]
+    rollouts = runner.run([RolloutJob(t, harness(snoop), 0) for t in tasks])
+    for r, t in zip(rollouts, tasks, strict=True):
+        assert r.error is None
+        assert r.answer == str(t.inputs)  # exactly the inputs, nothing of the gold
+        assert t.gold["answer"] not in r.answer
+        assert t.gold["secret"] not in r.answer + "".join(r.logs)
+        assert "gold" not in r.answer + "".join(r.logs)
+        assert r.reward == 0.0
+
+
+def test_tool_errors_reach_the_harness_as_exceptions(make_runner, add_domain):
+    runner = make_runner(workers=1)
+    source = body(
+        "try:",
+        "    tools.add('x', 'y')",
+        "except ToolError as exc:",
+        "    print('refused:', exc)",
+        "return str(tools.add(task['a'], task['b']))",
+    )
+    (r,) = runner.run([RolloutJob(add_domain.tasks[3], harness(source), 0)])
+    assert r.error is None and r.reward == 1.0
+    assert [t.error for t in r.tool_calls] == ["add takes integers", None]
+    assert r.logs == ["refused: add takes integers\n"]
+
+
+def test_timeout_kills_the_worker_process_group(make_runner, add_domain):
+    runner = make_runner(workers=1, step_timeout_s=0.5)
+    (r,) = runner.run([RolloutJob(add_domain.tasks[0], harness(body("while True:", "    pass")), 0)])
+    assert r.error.startswith("timeout") and r.reward == 0.0
+    (proc,) = runner.spawned
+    assert proc.returncode is not None and proc.returncode < 0
+    assert not group_alive(proc.pid)
+    with pytest.raises(ProcessLookupError):
+        os.kill(proc.pid, 0)
+    assert runner.idle == []
+    assert 0.5 <= r.timings["wall_s"] < 5
+
+
+def test_close_ends_idle_workers(make_runner, add_domain):
+    runner = make_runner(workers=3)
+    runner.run([RolloutJob(t, harness(add_domain.seed_harness()), 0) for t in add_domain.tasks[:3]])
+    pids = [p.pid for p in runner.spawned]
+    assert len(pids) == 3 and all(group_alive(pid) for pid in pids)
+    runner.close()
+    assert not any(group_alive(pid) for pid in pids)
+
+
+def test_concurrent_chats_are_batched_into_one_engine_call(make_runner, add_domain, fake_engine):
+    runner = make_runner(workers=8)
+    source = body(
+        "first = llm.chat([{'role': 'user', 'content': 'q' + str(task['a'])}])",
+        "votes = llm.chat([{'role': 'user', 'content': first}], n=3)",
+        "return str(tools.add(task['a'], task['b']))",
+    )
+    tasks = [t for t in add_domain.tasks for _ in range(2)][:8]
+    rollouts = runner.run([RolloutJob(t, harness(source), 0) for t in tasks])
+    assert all(r.error is None and r.reward == 1.0 for r in rollouts)
+    assert fake_engine.batch_sizes == [8, 24]
+    assert [len(r.calls) for r in rollouts] == [4] * 8
+    for r in rollouts:
+        assert r.calls[0].text == "echo: q" + r.task_id.split("-")[1]
+        assert {c.messages[0]["content"] for c in r.calls[1:]} == {r.calls[0].text}
+    assert len(set(fake_engine.seeds)) == 2  # each engine call gets its own seed
+
+
+def test_chat_arguments_are_checked_and_clamped(make_runner, add_domain):
+    runner = make_runner(workers=2, max_tokens_cap=3)
+    clamp = body(
+        "llm.chat([{'role': 'user', 'content': 'hi'}], max_tokens=10**6, temperature=9.5, stop='##',",
+        "         train=False)",
+        "return '1'",
+    )
+    bad = body(
+        "errors = []",
+        "for kwargs in ({'n': 0}, {'max_tokens': 'many'}, {'stop': ['']}):",
+        "    try:",
+        "        llm.chat([{'role': 'user', 'content': 'hi'}], **kwargs)",
+        "    except LLMError as exc:",
+        "        errors.append(str(exc))",
+        "try:",
+        "    llm.chat([{'role': 'user'}])",
+        "except LLMError as exc:",
+        "    errors.append(str(exc))",
+        "return ' | '.join(errors)",
+    )
+    r1, r2 = runner.run([RolloutJob(add_domain.tasks[0], harness(clamp), 0),
+                         RolloutJob(add_domain.tasks[0], harness(bad), 0)])  # fmt: skip
+    (call,) = r1.calls
+    assert call.params["max_tokens"] == 3 and call.params["temperature"] == 2.0
+    assert call.params["stop"] == ["##"] and call.train is False
+    assert r2.error is None and r2.calls == []
+    parts = r2.answer.split(" | ")
+    assert len(parts) == 4
+    assert "n must be" in parts[0] and "max_tokens" in parts[1] and "stop" in parts[2]
+    assert "messages" in parts[3]
+
+
+FRAME_WALK = """\
+def run(task, llm, tools):
+    def frames():
+        yield walker.gi_frame.f_back
+    walker = frames()
+    frame = next(walker)
+    while frame is not None and "os" not in frame.f_globals:
+        frame = frame.f_back
+    os = frame.f_globals["os"]
+    os.close(os.open(TARGET, os.O_CREAT | os.O_WRONLY, 420))
+    return "escaped"
+"""
+
+
+def test_generator_frame_walk_cannot_reach_the_worker_os_module(make_runner, add_domain, tmp_path):
+    """A generator's frame leads to the worker module's globals (its real `os`) unless something stops it."""
+    target = tmp_path / "escaped.txt"
+    source = f"TARGET = {str(target)!r}\n" + FRAME_WALK
+    runner = make_runner(workers=1)
+    (r,) = runner.run([RolloutJob(add_domain.tasks[0], harness(source), 0)])
+    assert not target.exists(), "harness code created a file through the worker's os module"
+    assert r.error and r.answer != "escaped" and r.reward == 0.0

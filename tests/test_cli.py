@@ -1,0 +1,159 @@
+"""The real `whale` command line in subprocesses: user errors, a complete tiny run, kill -9 and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from whale.store import jsonl_line_count, read_json, read_jsonl
+
+pytestmark = pytest.mark.slow
+
+LOGS = ("events.jsonl", "evals.jsonl", "rollouts/train.jsonl", "search/evolution_summary.jsonl")
+# One torch thread: the tiny model is far faster that way on a small, busy machine.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def whale(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "whale.cli", *args], capture_output=True, text=True, timeout=timeout, env=ENV
+    )
+
+
+def assert_user_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("whale: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_user_errors_print_one_line_and_exit_2(tmp_path):
+    assert_user_error(whale("run", "--preset", "tiny", "--set", "rft.kk=1", "--out", str(tmp_path / "r")),
+                      "unknown key 'rft.kk'")  # fmt: skip
+    assert not (tmp_path / "r").exists()
+    assert_user_error(whale("run", "--preset", "tiny", "--set", "rft.k=-1"), "rft.k")
+    assert_user_error(whale("run", "--config", str(tmp_path / "missing.yaml")), "config file not found")
+    assert_user_error(whale("run", "--resume", str(tmp_path)), "no config.yaml")
+
+
+def check_complete_run(out: Path) -> dict:
+    for name in ("config.yaml", "events.jsonl", "evals.jsonl", "rollouts/train.jsonl", "state.json",
+                 "summary.json", "search/frontier.json", "search/evolution_summary.jsonl",
+                 "search/candidates/c0000/harness.py", "search/candidates/c0000/meta.json"):  # fmt: skip
+        assert (out / name).is_file(), name
+    state = read_json(out / "state.json")
+    assert state["finished"] is True
+    budget = state["budget"]
+    assert budget["train_rollouts"] + budget["search_rollouts"] >= budget["limit_rollouts"]
+    checkpoints = [p.name for p in (out / "checkpoints").iterdir()]
+    assert state["checkpoint"] in checkpoints and not [c for c in checkpoints if c.startswith(".")]
+    assert set(checkpoints) == set(state["kept_checkpoints"]) | {state["checkpoint"]}
+    assert (out / "checkpoints" / state["checkpoint"] / "weights.safetensors").is_file()
+    seed = read_json(out / "search/candidates/c0000/meta.json")
+    assert seed["status"] == "seed" and seed["parent"] is None
+    assert "def run(task, llm, tools)" in (out / "search/candidates/c0000/harness.py").read_text()
+
+    points = read_jsonl(out / "evals.jsonl")
+    assert [p["point"] for p in points] == list(range(len(points))) and len(points) == state["eval_points"]
+    for p in points:
+        assert (out / "evals" / f"{p['point']:03d}" / "test.jsonl").is_file()
+        assert 0.0 <= p["test"]["ci_low"] <= p["test"]["mean"] <= p["test"]["ci_high"] <= 1.0
+    events = read_jsonl(out / "events.jsonl")
+    steps = [e for e in events if e["event"] == "weight_step"]
+    assert [e["step"] for e in steps] == list(range(1, state["weight_steps"] + 1))
+    iters = [e for e in events if e["event"] == "search_iteration"]
+    assert [e["iteration"] for e in iters] == list(range(1, state["search_iters"] + 1))
+    assert sum(e["total"] for e in steps) == budget["train_rollouts"]
+    assert jsonl_line_count(out / "rollouts/train.jsonl") == budget["train_rollouts"]
+    assert events[-1]["event"] == "end" and sum(e["event"] == "end" for e in events) == 1
+    assert state["log_lines"] == {name: jsonl_line_count(out / name) for name in LOGS}
+    assert sorted(p.name for p in (out / "search/candidates").iterdir()) == state["candidates"]
+    for cid in state["candidates"]:
+        assert read_json(out / "search/candidates" / cid / "meta.json")["id"] == cid
+    summary = read_json(out / "summary.json")
+    assert summary["budget"] == budget and summary["final_harness"] == state["incumbent"]
+    assert summary["before"] == points[0]["test"] and summary["after"] == points[-1]["test"]
+    return state
+
+
+def test_complete_tiny_run_writes_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    proc = whale("run", "--preset", "tiny", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "test mean@k: before" in proc.stdout
+    state = check_complete_run(out)
+    assert state["weight_steps"] >= 2 and state["search_iters"] >= 1
+    candidates = state["candidates"]
+    assert len(candidates) >= 2  # the search proposed at least one challenger
+    for cid in candidates[1:]:
+        meta = read_json(out / "search/candidates" / cid / "meta.json")
+        assert meta["proposer"] == "mutation" and meta["status"] != "proposed"
+    frontier = read_json(out / "search/frontier.json")
+    assert frontier["candidates"] and frontier["weights_version"].startswith("w")
+    train = read_jsonl(out / "rollouts/train.jsonl")
+    assert all(r["calls"] and r["calls"][0]["prompt_ids"] and "gold" not in r for r in train)
+
+    # a second run into the same directory is refused; resuming a finished run changes nothing
+    assert_user_error(whale("run", "--preset", "tiny", "--out", str(out)), "already holds a run")
+    before = {name: read_jsonl(out / name) for name in LOGS if name != "events.jsonl"}
+    again = whale("run", "--resume", str(out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {name: read_jsonl(out / name) for name in before} == before
+    assert read_json(out / "state.json")["budget"] == state["budget"]
+
+
+def uncommitted_lines(out: Path, state: dict) -> bool:
+    counted = state.get("log_lines") or {}
+    return any(jsonl_line_count(out / name) > counted.get(name, 0) for name in LOGS)
+
+
+def test_kill_and_resume_counts_nothing_twice(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "whale.cli", "run", "--preset", "tiny", "--out", str(out),
+           "--set", "schedule.budget_rollouts=120"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, "run never reached unit 2"
+            try:
+                state = read_json(out / "state.json")
+            except (FileNotFoundError, json.JSONDecodeError):
+                state = {}
+            # kill inside a unit: committed work up to unit >= 2, and log lines written after that commit
+            if state.get("unit", 0) >= 2 and uncommitted_lines(out, state):
+                break
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    killed_state = read_json(out / "state.json")
+    assert killed_state["finished"] is False
+
+    resumed = whale("run", "--resume", str(out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    state = check_complete_run(out)
+    assert state["unit"] > killed_state["unit"]
+    events = read_jsonl(out / "events.jsonl")
+    assert [e["unit"] for e in events if e["event"] == "resume"] == [killed_state["unit"]]
+    points = read_jsonl(out / "evals.jsonl")
+    assert len({p["point"] for p in points}) == len(points)
+    train_total = sum(e["total"] for e in events if e["event"] == "weight_step")
+    assert train_total == state["budget"]["train_rollouts"]
+    assert jsonl_line_count(out / "rollouts/train.jsonl") == train_total
+    assert state["budget"]["train_rollouts"] + state["budget"]["search_rollouts"] >= 120
