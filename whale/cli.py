@@ -85,7 +85,8 @@ def print_summary(summary: dict, out_dir: Path) -> None:
     b = summary["budget"]
     console.print(
         f"budget: {b['train_rollouts'] + b['search_rollouts']} rollouts ({b['train_rollouts']} train, "
-        f"{b['search_rollouts']} search; {b['eval_rollouts']} eval not charged), {b['model_calls']} model calls, "
+        f"{b['search_rollouts']} search; {b['eval_rollouts']} eval not charged), "
+        f"{b['model_calls']} model calls, "
         f"{b['generated_tokens']} tokens, {b['wall_s']:.0f}s"
     )
     if summary["harness_diff"]:
@@ -107,6 +108,7 @@ def main() -> None:
     from whale.harness.validate import HarnessInvalid
     from whale.model.loading import ModelLoadError
 
+    sys.stdout.reconfigure(line_buffering=True)  # progress lines appear promptly when piped to a file
     try:
         app()
     except (ConfigError, ModelLoadError, HarnessInvalid, FileNotFoundError) as exc:

@@ -177,3 +177,23 @@ def test_sample_next_top_k_and_top_p_restrict_the_support():
     assert set(free.tolist()) == {0, 1, 2, 3}
     share = (free == 0).float().mean().item()
     assert 0.46 < share < 0.54
+
+
+def test_greedy_matches_transformers_generate_with_a_shared_prefix(engine):
+    """Shared-prefix prefill, middle padding and row compaction must not change a single token."""
+    system = {
+        "role": "system",
+        "content": "You are a careful assistant. Solve the problem and answer briefly.",
+    }
+    prompts = [[system, m[-1]] for m in PROMPTS]
+    ours = engine.generate(requests(GREEDY, prompts), seed=0)
+    model, tok = engine.model, engine.tokenizer
+    for g, messages in zip(ours, prompts, strict=True):
+        ids = torch.tensor([chat_prompt_ids(tok, messages)])
+        ref = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=GREEDY.max_tokens, do_sample=False,
+            eos_token_id=sorted(engine.eos_ids), pad_token_id=engine.pad_id,
+        )[0, ids.shape[1] :].tolist()  # fmt: skip
+        if ref and ref[-1] == engine.pad_id and g.finish_reason == "eos":
+            ref = ref[: len(g.completion_ids)]
+        assert g.completion_ids == ref

@@ -133,7 +133,8 @@ def test_mutate_value_rules():
     assert mutate_value(True, [], rng) is False and mutate_value(False, [], rng) is True
     assert {mutate_value(0, [], rng) for _ in range(20)} == {1}
     assert {mutate_value(1, [], rng) for _ in range(20)} == {2}
-    assert {mutate_value(48, [], rng) for _ in range(200)} == {24, 47, 49, 96}
+    assert {mutate_value(48, [], rng) for _ in range(200)} == {24, 72, 96}  # sizes move by factors
+    assert {mutate_value(3, [], rng) for _ in range(200)} == {2, 4, 6}
     assert {mutate_value("a", ["a", "b", "c"], rng) for _ in range(50)} == {"b", "c"}
     assert mutate_value("a", ["a"], rng) == "a"
     assert {mutate_value(0.5, [], rng) for _ in range(200)} == {0.25, 0.375, 0.625, 0.75}

@@ -270,14 +270,14 @@ class RolloutRunner:
         generations = self.engine.generate(requests, seed=self.seed * 1_000_003 + self.engine_calls)
         texts: dict[int, list[str]] = {}
         for w, req, g in zip(owners, requests, generations, strict=True):
-            w.rollout.calls.append(
-                ModelCall(
-                    req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason,
-                    bool(w.request.get("train", True)),
-                    {"temperature": req.params.temperature, "top_p": req.params.top_p, "top_k": req.params.top_k,
-                     "max_tokens": req.params.max_tokens, "stop": list(req.params.stop)},
-                )
-            )  # fmt: skip
+            p = req.params
+            recorded = {"temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
+                        "max_tokens": p.max_tokens, "stop": list(p.stop)}  # fmt: skip
+            train = bool(w.request.get("train", True))
+            call = ModelCall(
+                req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason, train, recorded
+            )
+            w.rollout.calls.append(call)
             texts.setdefault(id(w), []).append(g.text)
         now = time.monotonic()
         for w in waiting:

@@ -149,8 +149,9 @@ class HFEngine:
         positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
         mask = torch.cat([torch.ones((n, shared), dtype=torch.long), suffix_mask], dim=-1)
         out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
-        )
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+            logits_to_keep=1,
+        )  # fmt: skip
         return out.logits[:, -1], out.cache, mask, positions[:, -1]
 
     def _decode_text(self, ids: list[int]) -> str:

@@ -102,20 +102,36 @@ def tiny_model(vocab_size: int, seed: int = 0) -> Any:
     return LlamaForCausalLM(config)
 
 
+def quiet_transformers() -> None:
+    """Progress bars and deprecation chatter from transformers/peft would drown whale's own output."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|peft|torch)\b")
+
+
 def load_model(name: str, seed: int = 0) -> tuple[Any, Any]:
     """Return (model, tokenizer) in fp32 for `embedded`, `tiny`, or a local folder / hub id."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet_transformers()
     if name == "tiny":
         tokenizer = AutoTokenizer.from_pretrained(str(embedded_tokenizer_dir()))
         model = tiny_model(len(tokenizer), seed)
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         return model, tokenizer
     path = str(embedded_model_dir()) if name == "embedded" else name
+    if not Path(path).is_dir():
+        raise ModelLoadError(
+            f"model {name!r}: no such folder (whale loads local models only, nothing is downloaded)"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load model {name!r}: {str(exc).splitlines()[0]}") from None
     return model, tokenizer

@@ -16,6 +16,7 @@ from typing import Any
 from whale.harness.records import HarnessCandidate
 
 Knob = bool | int | float | str
+MECHANISM_WEIGHT = 3.0  # Meta-Harness's lesson: change a mechanism before rewording a prompt
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,10 @@ def mutate_value(value: Knob, pool: list[Any], rng: random.Random) -> Knob:
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
-        options = {value + 1, value - 1, value * 2, value // 2}
+        if value >= 8:  # sizes such as token caps move by factors; +-1 would be a no-op in disguise
+            options = {value // 2, value * 3 // 2, value * 2}
+        else:
+            options = {value + 1, value - 1, value * 2}
         floor = 1 if value >= 1 else 0
         return rng.choice(sorted(v for v in options if v >= floor and v != value and v <= max(2 * value, 8)))
     if isinstance(value, float):
@@ -117,13 +121,19 @@ class MutationProposer:
         return out
 
     def _mutate(self, base: HarnessCandidate) -> tuple[str, str]:
+        """Change one or two knobs; mechanism switches (bools, counts) are drawn more often than wording."""
         sites = find_knobs(base.source)
         mutable = [
             s for s in sites.values() if not isinstance(s.value, str) or len(self.pool.get(s.name, [])) > 1
         ]
         if not mutable:
             return "", ""
-        chosen = self.rng.sample(mutable, min(len(mutable), self.rng.choice([1, 1, 2])))
+        weights = [MECHANISM_WEIGHT if not isinstance(s.value, str) else 1.0 for s in mutable]
+        chosen: list[KnobSite] = []
+        for _ in range(self.rng.choice([1, 1, 2])):
+            site = self.rng.choices(mutable, weights)[0]
+            if site not in chosen:
+                chosen.append(site)
         values = {s.name: mutate_value(s.value, self.pool.get(s.name, []), self.rng) for s in chosen}
         changes = ", ".join(f"{k}: {_short(sites[k].value)} -> {_short(v)}" for k, v in values.items())
         return set_knobs(base.source, values), f"mutate {changes}"
