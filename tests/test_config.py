@@ -96,7 +96,7 @@ def test_set_overrides_parse_yaml_scalars():
             "rft.k=3",
             "name=my run",
             "domain.sizes={train: 5, search: 2, val: 2, test: 2}",
-            "domain.levels.train=[1, 2]",
+            "domain.options.levels.train=[1, 2]",
             "domain.harness=null",
             " schedule.budget_rollouts = 99",
         ],
@@ -106,7 +106,7 @@ def test_set_overrides_parse_yaml_scalars():
     assert cfg.rft.k == 3 and cfg.rft.tasks_per_step == 4  # the rest of the section stays
     assert cfg.name == "my run"
     assert cfg.domain.sizes == {"train": 5, "search": 2, "val": 2, "test": 2}
-    assert cfg.domain.levels == {"train": [1, 2]}
+    assert cfg.domain.options == {"levels": {"train": [1, 2]}}
     assert cfg.domain.harness is None
     assert cfg.schedule.budget_rollouts == 99
     assert cfg.model.name == "tiny"  # untouched preset values survive
@@ -127,3 +127,14 @@ def test_config_round_trips_through_yaml_and_config_from_dict_reports_one_line()
     assert again == cfg
     with pytest.raises(ConfigError, match=r"^run/config.yaml: unknown key 'eval.kk'$"):
         config_from_dict({"eval": {"kk": 1}}, "run/config.yaml")
+
+
+def test_domain_name_shorthand_and_unknown_domain():
+    from whale.domains.registry import build_domain
+
+    cfg = load_config("tiny", overrides=["domain=math"])
+    assert cfg.domain.name == "math" and cfg.domain.sizes["train"] == 2000  # shorthand resets the section
+    with pytest.raises(ConfigError, match="unknown domain 'nope'"):
+        build_domain(load_config("tiny", overrides=["domain=nope"]).domain)
+    with pytest.raises(ConfigError, match="domain math: .*bogus"):
+        build_domain(load_config("tiny", overrides=["domain.options.bogus=1"]).domain)

@@ -29,6 +29,9 @@ def run(
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Run directory (default runs/<name>).")] = None,
     resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory.")] = None,
+    domain_file: Annotated[
+        Path | None, typer.Option("--domain-file", help="Your own domain: a Python file with make_domain().")
+    ] = None,
 ) -> None:
     """Run a WHALE experiment: alternate RFT weight steps and harness search until the budget is spent."""
     from whale.config import load_config
@@ -45,13 +48,142 @@ def run(
         cfg = config_from_dict(yaml.safe_load(cfg_path.read_text()), str(cfg_path))
         out_dir = resume
     else:
-        cfg = load_config(preset, config, set_ or [])
+        overrides = list(set_ or [])
+        if domain_file is not None:
+            overrides += [f"domain.file={domain_file}", f"domain.name={domain_file.stem}"]
+        cfg = load_config(preset, config, overrides)
         out_dir = out or Path("runs") / cfg.name
     console.print(
         f"[bold]whale[/bold] {cfg.name}: model={cfg.model.name} domain={cfg.domain.name} -> {out_dir}"
     )
     summary = Experiment(cfg, out_dir, console, resume=resume is not None).run()
     print_summary(summary, out_dir)
+
+
+@app.command()
+def domains() -> None:
+    """List the domains this installation can run, with their default split sizes."""
+    from whale.config import DomainConfig
+    from whale.domains.registry import available, build_domain
+
+    table = Table(title="domains")
+    for col in ("name", "source", "train", "search", "val", "test", "about"):
+        table.add_column(col)
+    for name, target in sorted(available().items()):
+        domain = build_domain(DomainConfig(name=name))
+        sizes = {k: str(len(v)) for k, v in domain.splits().items()}
+        about = domain.brief.strip().splitlines()[0][:60]
+        table.add_row(name, target, sizes["train"], sizes["search"], sizes["val"], sizes["test"], about)
+    console.print(table)
+
+
+def _harness_source(path: Path) -> str:
+    if not path.is_file():
+        raise _user_error(f"harness file not found: {path}")
+    return path.read_text()
+
+
+@app.command("eval")
+def eval_(
+    harness: Annotated[Path, typer.Option(help="Harness file to score.")],
+    domain: Annotated[str, typer.Option(help="Domain name.")] = "math",
+    split: Annotated[str, typer.Option(help="train, search, val or test.")] = "test",
+    k: Annotated[int, typer.Option(help="Samples per task.")] = 8,
+    preset: Annotated[str | None, typer.Option(help="Preset for model, sampling and sizes.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.sub=value.")] = None,
+) -> None:
+    """Score a harness under the configured model: mean@k with CI, pass@k, maj@k and the cost."""
+    import time
+
+    from whale.config import load_config
+    from whale.domains.registry import build_domain
+    from whale.experiment import build_runner, score_rollouts
+    from whale.harness import validate
+    from whale.harness.records import HarnessCandidate
+    from whale.harness.runner import RolloutJob
+    from whale.model.hf_engine import HFEngine
+    from whale.model.loading import load_model
+    from whale.progress import track
+
+    cfg = load_config(preset, None, [f"domain.name={domain}", *(set_ or [])])
+    source = _harness_source(harness)
+    validate.check(source)
+    dom = build_domain(cfg.domain)
+    splits = dom.splits()
+    if split not in splits:
+        raise _user_error(f"--split {split}: expected one of {', '.join(splits)}")
+    model, tokenizer = load_model(cfg.model.name, cfg.seed)
+    engine = HFEngine(model, tokenizer, max_batch=cfg.model.max_batch)
+    runner = build_runner(cfg, engine, dom)
+    tasks = splits[split]
+    candidate = HarnessCandidate(harness.stem, source)
+    start = time.monotonic()
+    try:
+        with track(console, f"{harness.name} on {domain}/{split}", len(tasks) * k) as tick:
+            rollouts = runner.run([RolloutJob(t, candidate, s) for t in tasks for s in range(k)], tick)
+    finally:
+        runner.close()
+    score = score_rollouts(rollouts, tasks)
+    errors = sum(r.error is not None for r in rollouts)
+    console.print(
+        f"{harness.name} on {domain}/{split} ({len(tasks)} tasks, k={k}, model {cfg.model.name}): "
+        f"mean@{k} {score.mean:.3f} [{score.ci_low:.3f}, {score.ci_high:.3f}], "
+        f"pass@{k} {score.pass_at_k:.3f}, maj@{k} {score.maj_at_k:.3f}"
+    )
+    console.print(
+        f"cost: {len(rollouts)} rollouts, {sum(len(r.calls) for r in rollouts)} model calls, "
+        f"{sum(r.generated_tokens for r in rollouts)} generated tokens, {time.monotonic() - start:.1f}s; "
+        f"{errors} rollouts ended in an error"
+    )
+
+
+harness_app = typer.Typer(no_args_is_help=True, help="Work with harness files.")
+app.add_typer(harness_app, name="harness")
+
+
+@harness_app.command("check")
+def harness_check(
+    file: Annotated[Path, typer.Argument(help="Harness file.")],
+    domain: Annotated[str, typer.Option(help="Domain name.")] = "math",
+    model: Annotated[str, typer.Option(help="Model for the smoke test (tiny is fast).")] = "tiny",
+    tasks: Annotated[int, typer.Option(help="Smoke-test tasks.")] = 2,
+) -> None:
+    """Static validation, then a smoke test in the sandbox; says exactly what is wrong."""
+    from whale.config import load_config
+    from whale.domains.registry import build_domain
+    from whale.experiment import build_runner
+    from whale.harness import validate
+    from whale.harness.records import HarnessCandidate
+    from whale.harness.runner import RolloutJob
+    from whale.model.hf_engine import HFEngine
+    from whale.model.loading import load_model
+
+    source = _harness_source(file)
+    problems = validate.problems(source)
+    if problems:
+        for p in problems:
+            console.print(f"{file}: {p}")
+        raise typer.Exit(1)
+    console.print(f"{file}: static checks passed")
+    cfg = load_config("tiny", None, [f"domain.name={domain}", f"model.name={model}"])
+    dom = build_domain(cfg.domain)
+    m, tok = load_model(model, cfg.seed)
+    runner = build_runner(cfg, HFEngine(m, tok), dom)
+    try:
+        smoke = runner.run(
+            [RolloutJob(t, HarnessCandidate(file.stem, source), 0) for t in dom.splits()["search"][:tasks]]
+        )
+    finally:
+        runner.close()
+    failed = [r for r in smoke if r.error]
+    for r in smoke:
+        status = f"error: {r.error}" if r.error else f"answer {r.answer!r}, reward {r.reward}"
+        console.print(
+            f"  smoke {r.task_id}: {len(r.calls)} model calls, {len(r.tool_calls)} tool calls, {status}"
+        )
+    if failed:
+        raise typer.Exit(1)
+    console.print(f"{file}: smoke test passed on {len(smoke)} tasks")
 
 
 def print_summary(summary: dict, out_dir: Path) -> None:

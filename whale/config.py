@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 PRESETS = Path(__file__).parent / "presets"
 
@@ -68,14 +68,22 @@ class EvalConfig(Section):
     k: int = Field(8, ge=1)
 
 
+DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
+
+
 class DomainConfig(Section):
-    name: Literal["math"] = "math"
+    name: str = "math"
     seed: int = 0
-    sizes: dict[str, int] = Field(
-        default_factory=lambda: {"train": 2000, "search": 32, "val": 32, "test": 64}
-    )
-    levels: dict[str, list[int]] = Field(default_factory=dict)
+    sizes: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_SIZES))
+    options: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the domain's constructor
     harness: str | None = None  # path to a seed harness file; default: the domain's own
+    file: str | None = None  # a user's domain in one Python file defining make_domain(seed, sizes, **options)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_shorthand(cls, data: Any) -> Any:
+        """`--set domain=chess` means `domain.name=chess`."""
+        return {"name": data} if isinstance(data, str) else data
 
 
 class RunnerConfig(Section):

@@ -96,20 +96,7 @@ class Experiment:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.trainer = Trainer(model, pad, trainer_cfg, seed=cfg.seed)
         self.engine = HFEngine(self.trainer.model, tokenizer, max_batch=cfg.model.max_batch)
-        s = cfg.sampling
-        r = cfg.runner
-        self.runner = RolloutRunner(
-            self.engine,
-            self.domain,
-            SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens),
-            RunnerLimits(
-                workers=r.workers,
-                step_timeout_s=r.step_timeout_s,
-                rollout_timeout_s=r.rollout_timeout_s,
-                memory_mb=r.memory_mb,
-            ),  # fmt: skip
-            seed=cfg.seed,
-        )
+        self.runner = build_runner(cfg, self.engine, self.domain)
         self.archive = Archive(out / "search")
         self.proposer = MutationProposer(self.domain.knob_pool(), seed=cfg.seed)
         self.state = self._load_state() if resume else self._fresh_state()
@@ -331,7 +318,7 @@ class Experiment:
             (folder / f"{split}.jsonl").unlink(missing_ok=True)
             append_jsonl(folder / f"{split}.jsonl", [r.to_json() for r in rollouts])
             self._charge(rollouts, "eval")
-            record[split] = asdict(_score(rollouts, tasks))
+            record[split] = asdict(score_rollouts(rollouts, tasks))
         b = self.budget
         record.update(rollouts=b.rollouts, wall_s=round(b.wall_s, 2))
         append_jsonl(self.out / "evals.jsonl", [record])
@@ -349,7 +336,19 @@ class Experiment:
         return summarize_run(self.out)
 
 
-def _score(rollouts: list[Rollout], tasks: list[Any]) -> SplitScore:
+def build_runner(cfg: Config, engine: HFEngine, domain: Any) -> RolloutRunner:
+    s, r = cfg.sampling, cfg.runner
+    limits = RunnerLimits(
+        workers=r.workers, step_timeout_s=r.step_timeout_s, rollout_timeout_s=r.rollout_timeout_s,
+        memory_mb=r.memory_mb,
+    )  # fmt: skip
+    return RolloutRunner(
+        engine, domain, SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens), limits, cfg.seed
+    )
+
+
+def score_rollouts(rollouts: list[Rollout], tasks: list[Any]) -> SplitScore:
+    """mean@k with CI, pass@k and maj@k over tasks, from rollouts grouped by task id."""
     by_task: dict[str, list[Rollout]] = {t.id: [] for t in tasks}
     for r in rollouts:
         by_task[r.task_id].append(r)

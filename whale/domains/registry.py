@@ -1,14 +1,75 @@
-"""Build a domain from config by name."""
+"""Find a domain by name: built-ins first, then packages registering the `whale.domains` entry point group."""
 
 from __future__ import annotations
 
-from whale.config import DomainConfig
+import importlib
+import importlib.util
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from whale.config import ConfigError, DomainConfig
 from whale.domains.base import Domain
+
+DOMAIN_METHODS = ("splits", "seed_harness", "toolbox", "verify", "knob_pool")
+BUILTIN = {
+    "math": "whale.domains.math:MathDomain",
+    "chess": "whale.domains.chess:ChessDomain",
+    "searchqa": "whale.domains.searchqa:SearchQADomain",
+}
+
+
+def available() -> dict[str, str]:
+    """Domain name -> 'module:attribute' for every domain this installation can build."""
+    found = dict(BUILTIN)
+    for ep in entry_points(group="whale.domains"):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def _load(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def load_domain_file(path: str) -> Any:
+    """Import a user's one-file domain and return its `make_domain` factory."""
+    source = Path(path)
+    if not source.is_file():
+        raise ConfigError(f"domain.file: file not found: {source}")
+    spec = importlib.util.spec_from_file_location(f"whale_user_domain_{source.stem}", source)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - any failure in the user's file is reported in one line
+        raise ConfigError(f"domain.file {source}: import failed: {type(exc).__name__}: {exc}") from None
+    factory = getattr(module, "make_domain", None)
+    if not callable(factory):
+        raise ConfigError(f"domain.file {source}: defines no make_domain(seed, sizes, **options) function")
+    return factory
 
 
 def build_domain(cfg: DomainConfig) -> Domain:
-    if cfg.name == "math":
-        from whale.domains.math import MathDomain
+    if cfg.file:
+        factory = load_domain_file(cfg.file)
+        return _call(factory, cfg)
+    targets = available()
+    if cfg.name not in targets:
+        names = ", ".join(sorted(targets))
+        raise ConfigError(f"domain.name: unknown domain {cfg.name!r} (available: {names})")
+    return _call(_load(targets[cfg.name]), cfg)
 
-        return MathDomain(seed=cfg.seed, sizes=cfg.sizes, levels=cfg.levels or None)
-    raise ValueError(f"unknown domain {cfg.name!r}")
+
+def _call(factory: Any, cfg: DomainConfig) -> Domain:
+    try:
+        domain = factory(seed=cfg.seed, sizes=cfg.sizes, **cfg.options)
+    except (TypeError, ValueError, OSError) as exc:
+        raise ConfigError(f"domain {cfg.file or cfg.name}: {exc}") from None
+    missing = [
+        m for m in ("splits", "seed_harness", "toolbox", "verify", "knob_pool") if not hasattr(domain, m)
+    ]
+    if missing:
+        raise ConfigError(
+            f"domain {cfg.file or cfg.name}: missing {', '.join(missing)} (see docs/domains.md)"
+        )
+    return domain

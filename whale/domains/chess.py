@@ -1,0 +1,568 @@
+"""The chess domain: puzzles played move by move through tools, scored 1 only when solved.
+
+Puzzles come from a seeded mate-in-1 generator (random placements checked with python-chess, so every
+split is reproducible and needs no download), from a Lichess puzzle CSV, or from PGN games with a [FEN]
+tag. A puzzle is a start position plus a solution line in UCI: solver moves with the opponent's replies
+interleaved, starting and ending with a solver move. The per-rollout `ChessToolbox` holds the board and
+the progress through the line, and `verify` reads its outcome.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import chess
+import chess.pgn
+
+from whale.domains.base import SPLITS, Task, ToolError
+
+DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
+SOURCES = ("mate1", "lichess", "pgn")
+LICHESS_COLUMNS = ("PuzzleId", "FEN", "Moves")
+MAX_MOVE_CHARS = 16
+UCI_MOVE = re.compile(r"[a-h][1-8][a-h][1-8][qrbn]?")
+
+# Generator piece mix: the attacker always has a queen or rook and up to two more pieces; the defender has
+# up to four, mostly pawns, which are often put beside its king as a shelter (back-rank style mates).
+ATTACKER_PIECES = "QQRRRBNP"
+DEFENDER_PIECES = "PPPPPRBNQ"
+DEFENDER_KING_RANKS = (7, 7, 7, 7, 6, 5, 4)
+PAWN_SQUARES = tuple(range(8, 56))
+
+
+@dataclass(frozen=True)
+class Puzzle:
+    fen: str  # the position the solver moves from
+    line: tuple[str, ...]  # UCI: solver, opponent, solver, ..., solver
+    source: str
+    mates: tuple[str, ...] = ()  # mate-in-1 only: every mating move (any of them solves)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def position_key(fen: str) -> str:
+    """The FEN without its move counters: two puzzles with the same key are the same position."""
+    return " ".join(fen.split()[:4])
+
+
+def side_name(color: chess.Color) -> str:
+    return "white" if color == chess.WHITE else "black"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Generated mate-in-1 puzzles
+
+
+def random_position(rng: random.Random) -> chess.Board:
+    """Kings plus a few pieces at random, white to move, the black king usually near its back rank."""
+    pieces: dict[int, chess.Piece] = {}
+    black_king = chess.square(rng.randrange(8), rng.choice(DEFENDER_KING_RANKS))
+    pieces[black_king] = chess.Piece(chess.KING, chess.BLACK)
+    white_king = rng.randrange(64)
+    while chess.square_distance(white_king, black_king) <= 1:
+        white_king = rng.randrange(64)
+    pieces[white_king] = chess.Piece(chess.KING, chess.WHITE)
+    specs = [(chess.WHITE, rng.choice("QR"))]
+    specs += [(chess.WHITE, rng.choice(ATTACKER_PIECES)) for _ in range(rng.randint(0, 2))]
+    specs += [(chess.BLACK, rng.choice(DEFENDER_PIECES)) for _ in range(rng.randint(0, 4))]
+    file, rank = chess.square_file(black_king), chess.square_rank(black_king)
+    for color, symbol in specs:
+        piece_type = chess.PIECE_SYMBOLS.index(symbol.lower())
+        for _ in range(8):  # a few tries for a free square; the piece is dropped if none is found
+            if piece_type == chess.PAWN and color == chess.BLACK and rng.random() < 0.7:
+                square = chess.square(min(7, max(0, file + rng.randint(-1, 1))), max(1, min(6, rank - 1)))
+            elif piece_type == chess.PAWN:
+                square = rng.choice(PAWN_SQUARES)
+            else:
+                square = rng.randrange(64)
+            if square not in pieces:
+                pieces[square] = chess.Piece(piece_type, color)
+                break
+    board = chess.Board.empty()
+    board.set_piece_map(pieces)
+    board.turn = chess.WHITE
+    return board
+
+
+def mating_moves(board: chess.Board) -> tuple[list[chess.Move], int]:
+    """The legal moves that checkmate at once, and how many legal moves there are in all."""
+    mates, total = [], 0
+    for move in board.legal_moves:
+        total += 1
+        board.push(move)
+        if board.is_checkmate():
+            mates.append(move)
+        board.pop()
+    return mates, total
+
+
+def mirrored(move: chess.Move) -> chess.Move:
+    return chess.Move(
+        chess.square_mirror(move.from_square), chess.square_mirror(move.to_square), move.promotion
+    )
+
+
+def random_mate_in_one(rng: random.Random) -> Puzzle | None:
+    """One try: a valid, not game-over position with a mating move and a non-mating one, else None.
+
+    Half the puzzles are mirrored (colours swapped, board flipped) so black is to move."""
+    board = random_position(rng)
+    if not board.is_valid() or board.is_game_over():
+        return None
+    mates, total = mating_moves(board)
+    if not mates or total == len(mates):
+        return None
+    if rng.random() < 0.5:
+        board, mates = board.mirror(), [mirrored(m) for m in mates]
+    ucis = sorted(m.uci() for m in mates)
+    return Puzzle(board.fen(), (ucis[0],), "mate1", tuple(ucis))
+
+
+def generate_mate_in_one(seed: int | str, n: int, exclude: set[str] | None = None) -> list[Puzzle]:
+    """`n` mate-in-1 puzzles with distinct positions (none whose `position_key` is in `exclude`)."""
+    rng = random.Random(seed)
+    seen = set(exclude or ())
+    puzzles: list[Puzzle] = []
+    attempts = 0
+    while len(puzzles) < n:
+        attempts += 1
+        if attempts > 1000 * n + 10_000:
+            raise ValueError(f"could not generate {n} distinct mate-in-1 puzzles")
+        puzzle = random_mate_in_one(rng)
+        if puzzle is not None and position_key(puzzle.fen) not in seen:
+            seen.add(position_key(puzzle.fen))
+            puzzles.append(puzzle)
+    return puzzles
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loaded puzzles
+
+
+def check_line(board: chess.Board, moves: list[str]) -> str | None:
+    """Why `moves` (UCI) is not a playable solution line from `board`, or None when it is."""
+    if board.is_game_over():
+        return "the puzzle position is already game over"
+    if len(moves) % 2 == 0:
+        return f"the solution has {len(moves)} moves; it must end with the solver's move (an odd count)"
+    board = board.copy(stack=False)
+    for i, text in enumerate(moves, start=1):
+        try:
+            move = chess.Move.from_uci(text)
+        except ValueError:
+            return f"solution move {i} {text!r} is not UCI"
+        if not board.is_legal(move):
+            return f"solution move {i} {text!r} is illegal in {board.fen()}"
+        board.push(move)
+    return None
+
+
+def load_lichess_csv(path: str | Path) -> list[Puzzle]:
+    """Lichess puzzle rows. The first of `Moves` is the opponent's and is played to form the puzzle
+    position; the rest is the solution line. A malformed row fails with `path:line: reason`."""
+    puzzles = []
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None or any(c not in header for c in LICHESS_COLUMNS):
+            raise ValueError(f"{path}:1: expected a header with columns {', '.join(LICHESS_COLUMNS)}")
+        col = {name: i for i, name in enumerate(header)}
+        for row in reader:
+            lineno = reader.line_num
+            if not row or not "".join(row).strip():
+                continue
+            if len(row) != len(header):
+                raise ValueError(f"{path}:{lineno}: expected {len(header)} columns, got {len(row)}")
+            try:
+                board = chess.Board(row[col["FEN"]])
+            except ValueError as e:
+                raise ValueError(f"{path}:{lineno}: invalid FEN {row[col['FEN']]!r} ({e})") from None
+            if not board.is_valid():
+                raise ValueError(f"{path}:{lineno}: FEN {row[col['FEN']]!r} is not a legal position")
+            moves = row[col["Moves"]].split()
+            if len(moves) < 2:
+                raise ValueError(f"{path}:{lineno}: Moves needs the opponent's move and a solution")
+            opening = UCI_MOVE.fullmatch(moves[0]) and chess.Move.from_uci(moves[0])
+            if not opening or not board.is_legal(opening):
+                raise ValueError(f"{path}:{lineno}: the opponent's first move {moves[0]!r} is not legal UCI")
+            board.push(opening)
+            problem = check_line(board, moves[1:])
+            if problem is not None:
+                raise ValueError(f"{path}:{lineno}: {problem}")
+            meta: dict[str, Any] = {"puzzle_id": row[col["PuzzleId"]], "file_line": lineno}
+            if "Rating" in col:
+                rating = row[col["Rating"]].strip()
+                if not rating.lstrip("-").isdigit():
+                    raise ValueError(f"{path}:{lineno}: Rating {rating!r} is not an integer")
+                meta["rating"] = int(rating)
+            if "Themes" in col:
+                meta["themes"] = row[col["Themes"]].split()
+            puzzles.append(Puzzle(board.fen(), tuple(moves[1:]), "lichess", meta=meta))
+    return puzzles
+
+
+class StrictGameBuilder(chess.pgn.GameBuilder):
+    """Raise on the first PGN error instead of logging it and carrying on."""
+
+    def handle_error(self, error: Exception) -> None:
+        raise error
+
+
+class LineCountingReader:
+    """A text handle for chess.pgn that remembers the first non-blank line of the current game."""
+
+    def __init__(self, f: Any):
+        self.f = f
+        self.lineno = 0
+        self.game_start = 0
+
+    def readline(self) -> str:
+        line = self.f.readline()
+        if line:
+            self.lineno += 1
+            if not self.game_start and line.strip():
+                self.game_start = self.lineno
+        return line
+
+
+def load_pgn_puzzles(path: str | Path) -> list[Puzzle]:
+    """PGN games whose [FEN] tag is the puzzle position and whose mainline is the solution line."""
+    puzzles = []
+    with open(path, encoding="utf-8-sig") as f:
+        reader = LineCountingReader(f)
+        while True:
+            reader.game_start = 0
+            try:
+                game = chess.pgn.read_game(reader, Visitor=StrictGameBuilder)  # type: ignore[arg-type]
+            except ValueError as e:
+                raise ValueError(f"{path}:{reader.game_start or reader.lineno}: {e}") from None
+            if game is None:
+                break
+            lineno = reader.game_start
+            fen = game.headers.get("FEN")
+            if not fen:
+                raise ValueError(f"{path}:{lineno}: game has no [FEN] tag with the puzzle position")
+            board = game.board()
+            if not board.is_valid():
+                raise ValueError(f"{path}:{lineno}: FEN {fen!r} is not a legal position")
+            moves = [m.uci() for m in game.mainline_moves()]
+            if not moves:
+                raise ValueError(f"{path}:{lineno}: game has no solution moves")
+            problem = check_line(board, moves)
+            if problem is not None:
+                raise ValueError(f"{path}:{lineno}: {problem}")
+            meta = {"file_line": lineno, **{k: v for k, v in game.headers.items() if k in ("Event", "Site")}}
+            puzzles.append(Puzzle(board.fen(), tuple(moves), "pgn", meta=meta))
+    return puzzles
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tools
+
+
+class ChessToolbox:
+    """One rollout's board and its progress through the solution line.
+
+    `status` is "playing", "solved" or "failed". Malformed or illegal moves raise ToolError and use up the
+    retry budget: with `retries` = k the harness may make k such mistakes and go on; the next one fails the
+    puzzle, and after that every play raises "no retries left"."""
+
+    names = ("board", "side_to_move", "legal_moves", "play")
+
+    def __init__(self, fen: str, line: list[str] | tuple[str, ...], retries: int = 2):
+        self.position = chess.Board(fen)
+        self.solver = self.position.turn
+        self.line = list(line)
+        self.ply = 0  # index in `line` of the solver's next expected move
+        self.retries_left = retries
+        self.exhausted = False
+        self.status = "playing"
+        self.play_calls = 0
+        self.played: list[str] = []  # the solver's moves, SAN
+
+    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if name == "play":
+            self.play_calls += 1
+            if len(args) == 1 and not kwargs:
+                return self.play(args[0])
+            if not args and set(kwargs) == {"move"}:
+                return self.play(kwargs["move"])
+            raise ToolError("play takes exactly one argument: play(move: str), e.g. play('Nf3')")
+        if name not in self.names:
+            raise ToolError(f"unknown tool {name!r}; available: {', '.join(self.names)}")
+        if args or kwargs:
+            raise ToolError(f"{name}() takes no arguments")
+        return {"board": self.board, "side_to_move": self.side_to_move, "legal_moves": self.legal_moves}[
+            name
+        ]()
+
+    def board(self) -> str:
+        """The diagram (rank 8 on top, uppercase white, '.' empty) with coordinates, then the FEN."""
+        rows = [f"{8 - i} {row}" for i, row in enumerate(str(self.position).splitlines())]
+        return "\n".join([*rows, "  a b c d e f g h", f"FEN: {self.position.fen()}"])
+
+    def side_to_move(self) -> str:
+        return side_name(self.position.turn)
+
+    def legal_moves(self) -> dict[str, list[str]]:
+        """The same moves in both notations, in the same order; SAN without check or mate marks."""
+        moves = list(self.position.legal_moves)
+        return {
+            "san": [self.position.san(m).rstrip("+#") for m in moves],
+            "uci": [m.uci() for m in moves],
+        }
+
+    def reject(self, reason: str) -> ToolError:
+        if self.retries_left > 0:
+            self.retries_left -= 1
+            n = self.retries_left
+            return ToolError(f"{reason}; {n} {'retry' if n == 1 else 'retries'} left, try another move")
+        self.exhausted, self.status = True, "failed"
+        return ToolError(f"{reason}; no retries left, the puzzle is failed")
+
+    def parse(self, move: Any) -> chess.Move:
+        if not isinstance(move, str):
+            raise self.reject(f"a move must be a string like 'Nf3' or 'g1f3', got {type(move).__name__}")
+        text = re.sub(r"^\d+\.+\s*", "", move.strip()).rstrip("!?+#. ")
+        shown = repr(move if len(move) <= 40 else move[:40] + "...")
+        if not text:
+            raise self.reject(f"empty move {shown}")
+        if len(text) > MAX_MOVE_CHARS or re.search(r"\s", text):
+            raise self.reject(f"malformed move {shown}: give one move in SAN (Nf3, exd5, O-O) or UCI (g1f3)")
+        side = self.side_to_move()
+        if UCI_MOVE.fullmatch(text.lower()):
+            try:
+                parsed = chess.Move.from_uci(text.lower())
+            except ValueError:  # a1a1: well-formed but no move at all
+                parsed = None
+            if parsed is None or not self.position.is_legal(parsed):
+                raise self.reject(f"illegal move {shown}: not a legal move for {side} in this position")
+            return parsed
+        try:
+            parsed = self.position.parse_san(text.replace("0", "O"))
+        except chess.AmbiguousMoveError:
+            raise self.reject(f"ambiguous move {shown}: name the moving piece's file or rank") from None
+        except chess.IllegalMoveError:
+            raise self.reject(f"illegal move {shown}: not a legal move for {side} in this position") from None
+        except ValueError:
+            raise self.reject(
+                f"malformed move {shown}: give one move in SAN (Nf3, exd5, O-O, e8=Q) or UCI (g1f3, e7e8q)"
+            ) from None
+        if not parsed:  # parse_san reads "--" and "Z0" as the null move
+            raise self.reject(f"illegal move {shown}: passing is not a move")
+        return parsed
+
+    def outcome(self, ok: bool, result: str, san: str | None, reply: str | None, message: str) -> dict:
+        return {
+            "ok": ok,
+            "result": result,
+            "move": san,
+            "opponent_reply": reply,
+            "fen": self.position.fen(),
+            "message": message,
+        }
+
+    def play(self, move: Any) -> dict[str, Any]:
+        if self.exhausted:
+            raise ToolError("no retries left: the puzzle is failed")
+        if self.status != "playing":
+            result = "solved" if self.status == "solved" else "wrong"
+            return self.outcome(False, result, None, None, f"the puzzle is already over ({self.status})")
+        parsed = self.parse(move)
+        san = self.position.san(parsed)
+        expected = self.line[self.ply]
+        self.position.push(parsed)
+        self.played.append(san)
+        if parsed.uci() == expected:
+            self.ply += 1
+        elif self.position.is_checkmate():  # a different mate also solves
+            self.ply = len(self.line)
+        else:
+            self.status = "failed"
+            return self.outcome(False, "wrong", san, None, f"{san} is not the solution; the puzzle is failed")
+        if self.ply >= len(self.line):
+            self.status = "solved"
+            return self.outcome(True, "solved", san, None, f"{san} is correct; the puzzle is solved")
+        reply = chess.Move.from_uci(self.line[self.ply])
+        reply_san = self.position.san(reply)
+        self.position.push(reply)
+        self.ply += 1
+        return self.outcome(
+            True, "correct", san, reply_san, f"{san} is correct; the opponent replied {reply_san}, your move"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Domain
+
+BRIEF = """\
+Chess puzzles. Each task gives task["fen"], the puzzle position in FEN, and task["side"] ("white" or \
+"black"), the side the solver plays; the solver is to move. Generated puzzles are mate in 1: any \
+checkmating move solves them. Puzzles loaded from Lichess or PGN files are lines of several moves: after \
+each correct move the opponent's reply is played automatically, and a checkmating move always solves.
+The harness `run(task, llm, tools) -> str` plays moves with tools.play and returns the last move it played.
+Model: a small chat model (about 135M parameters) behind llm.chat(messages, max_tokens=None, \
+temperature=None, stop=None, n=1); keep prompts short and plain, it follows long instructions badly.
+Tools (one board per rollout; it advances as moves are played):
+- tools.board() -> text diagram (rank 8 on top, uppercase = white, '.' = empty, with coordinates) + FEN.
+- tools.side_to_move() -> "white" or "black".
+- tools.legal_moves() -> {"san": [...], "uci": [...]}: the same moves in the same order (SAN without +/#).
+- tools.play(move) plays a move given in SAN ("Qxh7", "O-O", "e8=Q") or UCI ("d3h7"). It returns \
+{"ok", "result", "move", "opponent_reply", "fen", "message"}, where result is "correct" (the opponent \
+replied, fen is the new position, play on), "solved", or "wrong" (a legal move that is not the \
+solution: the puzzle is failed). A malformed or illegal move raises an exception saying why and how many \
+retries are left: {retries} such mistakes are allowed per puzzle, the next fails it.
+Score: 1 when the puzzle is solved, else 0. A harness that never calls play has its returned answer \
+played as the first move.
+Rules: the model chooses the moves. The harness may show it the FEN, the board, the legal moves and its \
+errors, and may map a reply to the legal move it names, but must not choose or rank moves by chess logic \
+of its own (no search, no mate detection; chess cannot be imported), and must not hard-code answers or \
+recognise specific positions."""
+
+KNOB_POOL: dict[str, list[Any]] = {
+    "SYSTEM_PROMPT": [
+        "You are a chess player.",
+        "You are a strong chess player. You solve chess puzzles.",
+        "You are a chess grandmaster. Find the winning move.",
+        "You solve chess puzzles. Reply with one move only.",
+        "You are a chess engine. Output the best move.",
+    ],
+    "INSTRUCTION": [
+        "What is the best move? Answer with one move.",
+        "Find the checkmate. Answer with one move.",
+        "Find the best move for the side to move. Reply with the move only.",
+        "Look for checks and captures first. Which move wins? Answer with one move.",
+        "Best move:",
+    ],
+    "RETRY_PROMPT": [
+        "That move is not possible. Choose a different move.",
+        "Illegal move. Pick one of the legal moves.",
+        "Try again with a legal move, written the same way as the examples.",
+        "That did not work. Give another move.",
+        "Wrong format or illegal move. Reply with one legal move only.",
+    ],
+    "MOVE_FORMAT": ["san", "uci"],  # the only two notations tools.play and tools.legal_moves know
+}
+
+
+def to_task(puzzle: Puzzle, task_id: str) -> Task:
+    board = chess.Board(puzzle.fen)
+    gold: dict[str, Any] = {"line": list(puzzle.line)}
+    if puzzle.mates:
+        gold["mates"] = list(puzzle.mates)
+    meta = {"source": puzzle.source, "solver_moves": (len(puzzle.line) + 1) // 2, **puzzle.meta}
+    return Task(task_id, {"fen": puzzle.fen, "side": side_name(board.turn)}, gold, meta)
+
+
+def answer_candidates(answer: str) -> list[str]:
+    """The answer as given, then its last word without punctuation ("I play Qh7#." -> "Qh7#")."""
+    text = answer.strip()
+    words = text.split()
+    last = words[-1].strip(".,;:!?\"'()[]") if words else ""
+    return [c for c in dict.fromkeys([text, last]) if c]
+
+
+class ChessDomain:
+    """Chess puzzles: generated mate-in-1 (default) or loaded from a Lichess CSV / PGN file.
+
+    Splits are disjoint by position. Generated splits are drawn test, val, search, train from seeded
+    generators (evaluation splits do not depend on the train size); loaded puzzles are deduplicated by
+    position, ordered by a hash of the seed and position, and dealt to test, val, search, then train."""
+
+    name = "chess"
+
+    def __init__(
+        self,
+        seed: int = 0,
+        sizes: dict[str, int] | None = None,
+        source: str = "mate1",
+        path: str | Path | None = None,
+        retries: int = 2,
+    ):
+        unknown = set(sizes or {}) - set(SPLITS)
+        if unknown:
+            raise ValueError(f"unknown chess splits {sorted(unknown)}; expected {list(SPLITS)}")
+        if source not in SOURCES:
+            raise ValueError(f"unknown chess source {source!r}; expected one of {list(SOURCES)}")
+        if (path is None) != (source == "mate1"):
+            raise ValueError(f"chess source {source!r} {'takes no' if source == 'mate1' else 'needs a'} path")
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"chess puzzle file not found: {path}")
+        if not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"chess retries must be an integer >= 0, got {retries!r}")
+        self.seed = seed
+        self.sizes = {**DEFAULT_SIZES, **(sizes or {})}
+        self.source = source
+        self.path = path
+        self.retries = retries
+        self.brief = BRIEF.replace("{retries}", str(retries))
+        self.cached: dict[str, list[Task]] | None = None
+
+    def splits(self) -> dict[str, list[Task]]:
+        if self.cached is None:
+            puzzles = self.generated() if self.source == "mate1" else self.loaded()
+            self.cached = {
+                split: [to_task(p, f"chess-{split}-{i}") for i, p in enumerate(puzzles[split])]
+                for split in SPLITS
+            }
+        return self.cached
+
+    def generated(self) -> dict[str, list[Puzzle]]:
+        seen: set[str] = set()
+        out: dict[str, list[Puzzle]] = {}
+        for split in ("test", "val", "search", "train"):
+            out[split] = generate_mate_in_one(f"chess:{self.seed}:{split}", self.sizes[split], seen)
+            seen.update(position_key(p.fen) for p in out[split])
+        return out
+
+    def loaded(self) -> dict[str, list[Puzzle]]:
+        load = load_lichess_csv if self.source == "lichess" else load_pgn_puzzles
+        unique: dict[str, Puzzle] = {}
+        for puzzle in load(self.path):
+            unique.setdefault(position_key(puzzle.fen), puzzle)
+
+        def rank(key: str) -> str:
+            return hashlib.sha256(f"{self.seed}:{key}".encode()).hexdigest()
+
+        ordered = [unique[k] for k in sorted(unique, key=rank)]
+        need = sum(self.sizes[s] for s in ("test", "val", "search"))
+        if len(ordered) < need:
+            raise ValueError(
+                f"{self.path}: {len(ordered)} distinct puzzles, but test, val and search need {need}"
+            )
+        out: dict[str, list[Puzzle]] = {}
+        start = 0
+        for split in ("test", "val", "search", "train"):
+            out[split] = ordered[start : start + self.sizes[split]]
+            start += self.sizes[split]
+        return out
+
+    def seed_harness(self) -> str:
+        return (Path(__file__).parent / "harnesses" / "chess_seed.py").read_text(encoding="utf-8")
+
+    def toolbox(self, task: Task) -> ChessToolbox:
+        return ChessToolbox(task.inputs["fen"], task.gold["line"], self.retries)
+
+    def verify(self, task: Task, answer: str | None, toolbox: Any) -> float:
+        """1.0 when the rollout's toolbox solved the puzzle. When the harness never called play, its answer
+        is played as the first move on a fresh board (enough for a mate in 1)."""
+        box = toolbox if isinstance(toolbox, ChessToolbox) else None
+        if box is not None and box.status == "solved":
+            return 1.0
+        if (box is None or box.play_calls == 0) and isinstance(answer, str):
+            for candidate in answer_candidates(answer):
+                fresh = ChessToolbox(task.inputs["fen"], task.gold["line"], retries=1)
+                try:
+                    fresh.play(candidate)
+                except ToolError:
+                    continue
+                return 1.0 if fresh.status == "solved" else 0.0
+        return 0.0
+
+    def knob_pool(self) -> dict[str, list[Any]]:
+        return {knob: list(values) for knob, values in KNOB_POOL.items()}
