@@ -133,7 +133,7 @@ def test_domain_name_shorthand_and_unknown_domain():
     from whale.domains.registry import build_domain
 
     cfg = load_config("tiny", overrides=["domain=math"])
-    assert cfg.domain.name == "math" and cfg.domain.sizes["train"] == 2000  # shorthand resets the section
+    assert cfg.domain.name == "math" and cfg.domain.sizes["train"] == 50  # shorthand keeps the preset sizes
     with pytest.raises(ConfigError, match="unknown domain 'nope'"):
         build_domain(load_config("tiny", overrides=["domain=nope"]).domain)
     with pytest.raises(ConfigError, match="domain math: .*bogus"):

@@ -50,7 +50,7 @@ def run(
     else:
         overrides = list(set_ or [])
         if domain_file is not None:
-            overrides += [f"domain.file={domain_file}", f"domain.name={domain_file.stem}"]
+            overrides += _domain_overrides("", domain_file)
         cfg = load_config(preset, config, overrides)
         out_dir = out or Path("runs") / cfg.name
     console.print(
@@ -77,6 +77,13 @@ def domains() -> None:
     console.print(table)
 
 
+def _domain_overrides(name: str, file: Path | None) -> list[str]:
+    """Config overrides selecting a built-in domain, or a user's domain file (whose stem names it)."""
+    if file is None:
+        return [f"domain.name={name}"]
+    return [f"domain.name={file.stem}", f"domain.file={file}"]
+
+
 def _harness_source(path: Path) -> str:
     if not path.is_file():
         raise _user_error(f"harness file not found: {path}")
@@ -91,6 +98,7 @@ def eval_(
     k: Annotated[int, typer.Option(help="Samples per task.")] = 8,
     preset: Annotated[str | None, typer.Option(help="Preset for model, sampling and sizes.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.sub=value.")] = None,
+    domain_file: Annotated[Path | None, typer.Option("--domain-file", help="Your own domain file.")] = None,
 ) -> None:
     """Score a harness under the configured model: mean@k with CI, pass@k, maj@k and the cost."""
     import time
@@ -105,7 +113,7 @@ def eval_(
     from whale.model.loading import load_model
     from whale.progress import track
 
-    cfg = load_config(preset, None, [f"domain.name={domain}", *(set_ or [])])
+    cfg = load_config(preset, None, [*_domain_overrides(domain, domain_file), *(set_ or [])])
     source = _harness_source(harness)
     validate.check(source)
     dom = build_domain(cfg.domain)
@@ -147,6 +155,7 @@ def harness_check(
     domain: Annotated[str, typer.Option(help="Domain name.")] = "math",
     model: Annotated[str, typer.Option(help="Model for the smoke test (tiny is fast).")] = "tiny",
     tasks: Annotated[int, typer.Option(help="Smoke-test tasks.")] = 2,
+    domain_file: Annotated[Path | None, typer.Option("--domain-file", help="Your own domain file.")] = None,
 ) -> None:
     """Static validation, then a smoke test in the sandbox; says exactly what is wrong."""
     from whale.config import load_config
@@ -165,7 +174,7 @@ def harness_check(
             console.print(f"{file}: {p}")
         raise typer.Exit(1)
     console.print(f"{file}: static checks passed")
-    cfg = load_config("tiny", None, [f"domain.name={domain}", f"model.name={model}"])
+    cfg = load_config("tiny", None, [*_domain_overrides(domain, domain_file), f"model.name={model}"])
     dom = build_domain(cfg.domain)
     m, tok = load_model(model, cfg.seed)
     runner = build_runner(cfg, HFEngine(m, tok), dom)

@@ -116,13 +116,18 @@ def _one_line(exc: ValidationError, where: str) -> str:
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set a dotted key; a plain string given for a whole section sets its name (`domain=chess`)."""
     keys = dotted.split(".")
     node = data
     for k in keys[:-1]:
         node = node.setdefault(k, {})
         if not isinstance(node, dict):
             raise ConfigError(f"--set {dotted}: '{k}' is not a section")
-    node[keys[-1]] = value
+    last = keys[-1]
+    if isinstance(node.get(last), dict) and isinstance(value, str):
+        node[last]["name"] = value
+    else:
+        node[last] = value
 
 
 def load_config(

@@ -90,3 +90,49 @@ def test_math_seed_harness_scores_in_the_real_sandbox(knobs: dict) -> None:
     assert rollout.answer == str(gold)
     assert rollout.reward == 1.0
     assert bool(rollout.tool_calls) == bool(knobs.get("USE_CALCULATOR"))
+
+
+def test_workers_die_with_their_parent(tmp_path) -> None:
+    """A harness stuck in a loop must not outlive a parent killed with SIGKILL."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "from whale.domains.base import Task\n"
+        "from whale.harness.records import HarnessCandidate\n"
+        "from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits\n"
+        "from whale.model.engine import SamplingParams\n"
+        "from whale.domains.math import MathDomain\n"
+        "class E:\n    weights_version = 'w'\n"
+        "domain = MathDomain(sizes={'train': 1, 'search': 1, 'val': 1, 'test': 1})\n"
+        "r = RolloutRunner(E(), domain, SamplingParams(), RunnerLimits(workers=1, step_timeout_s=600))\n"
+        "h = HarnessCandidate('loop', 'def run(task, llm, tools):\\n    while True:\\n        pass\\n')\n"
+        "r.run([RolloutJob(Task('t', {}, {}), h, 0)])\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    worker_pid = None
+    deadline = time.monotonic() + 30
+    while worker_pid is None and time.monotonic() < deadline:
+        out = subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout.split()
+        worker_pid = int(out[0]) if out else None
+        time.sleep(0.1)
+    assert worker_pid is not None, parent.stderr.read() if parent.poll() is not None else "no worker started"
+    time.sleep(1.0)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and running(worker_pid):
+        time.sleep(0.1)
+    assert not running(worker_pid)
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "zombie" not in f.read()
+    except FileNotFoundError:
+        return False

@@ -125,6 +125,7 @@ class RolloutRunner:
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
+            "WHALE_PARENT_PID": str(os.getpid()),
         }
         proc = subprocess.Popen(
             [

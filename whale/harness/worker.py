@@ -237,8 +237,22 @@ def forbid_system_access(event: str, args: tuple) -> None:
         raise RuntimeError(f"forbidden operation in harness: {event}")
 
 
+def die_with_parent() -> None:
+    """Have Linux SIGKILL this worker when the parent dies (even by kill -9): no harness outlives a run."""
+    parent = int(os.environ.get("WHALE_PARENT_PID", "0"))
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+    if parent and os.getppid() != parent:
+        raise SystemExit(0)  # the parent is already gone
+
+
 def main() -> None:
     memory_mb, cpu_s = int(sys.argv[1]), int(sys.argv[2])
+    die_with_parent()
     proxies = {name: module_proxy(__import__(name)) for name in PRELOADED}
     for name in LAZY_DEPENDENCIES:
         __import__(name)
