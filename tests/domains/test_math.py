@@ -1,4 +1,5 @@
 import ast
+import json
 import re
 
 import pytest
@@ -122,7 +123,7 @@ def test_calculator_refuses(expression):
 
 def test_toolbox_dispatch():
     box = MathToolbox()
-    assert box.names == ("calculator",)
+    assert box.names == ("calculator", "python")
     assert box.call("calculator", ["6 * 7"], {}) == "42"
     assert box.call("calculator", [], {"expression": "6 * 7"}) == "42"
     for name, args, kwargs in [
@@ -285,3 +286,39 @@ def test_seed_harness_follows_the_sandbox_rules():
     for name, options in pool.items():
         assert 4 <= len(options) <= 6 and values[name] in options
         assert all(isinstance(o, str) and len(o.split()) <= 40 for o in options)
+
+
+def test_python_tool_runs_code_in_a_sandbox_and_reports_errors():
+    box = MathDomain(sizes={"train": 1, "search": 1, "val": 1, "test": 1}, python_timeout_s=2).toolbox(None)
+    assert "python" in box.names
+    assert box.call("python", ["print(17 * 3)"], {}) == "51\n"
+    assert box.call("python", [], {"code": "import math\nprint(math.factorial(5))"}) == "120\n"
+    for code, reason in [
+        ("while True:\n    pass", "timeout"),
+        ("import os\nprint(os.getcwd())", "import of 'os'"),
+        ("print(1 / 0)", "ZeroDivisionError"),
+        ("x = 'a' * (2**34)", "MemoryError"),
+        ("print((lambda: (yield))().gi_frame)", "introspection"),
+    ]:
+        with pytest.raises(ToolError, match=reason):
+            box.call("python", [code], {})
+    with pytest.raises(ToolError, match="exactly one argument"):
+        box.call("python", ["print(1)", "extra"], {})
+
+
+def test_gsm8k_file_is_dealt_into_disjoint_splits(tmp_path):
+    path = tmp_path / "gsm8k.jsonl"
+    rows = [
+        {"question": f"What is {i} plus {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"}
+        for i in range(20)
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    domain = MathDomain(sizes={"train": 100, "search": 3, "val": 3, "test": 4}, gsm8k_path=str(path))
+    splits = domain.splits()
+    assert [len(splits[s]) for s in ("train", "search", "val", "test")] == [10, 3, 3, 4]
+    questions = [t.inputs["question"] for s in splits.values() for t in s]
+    assert len(questions) == len(set(questions)) == 20
+    task = splits["test"][0]
+    assert domain.verify(task, f"so the answer is {task.gold['answer']}", None) == 1.0
+    with pytest.raises(ValueError, match="not enough for the search split"):
+        MathDomain(sizes={"train": 1, "search": 10, "val": 10, "test": 10}, gsm8k_path=str(path))

@@ -290,18 +290,28 @@ def calculator(expression: str) -> str:
 
 
 class MathToolbox:
-    """The math tools: a calculator only, which keeps no state between calls."""
+    """The math tools: a calculator and a sandboxed python runner; neither keeps state between calls."""
 
-    names = ("calculator",)
+    names = ("calculator", "python")
+
+    def __init__(self, python_timeout_s: float = 5.0):
+        self.python_timeout_s = python_timeout_s
 
     def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if name != "calculator":
-            raise ToolError(f"unknown tool {name!r}; available: calculator")
+        if name not in self.names:
+            raise ToolError(f"unknown tool {name!r}; available: {', '.join(self.names)}")
+        keyword = "expression" if name == "calculator" else "code"
         if len(args) == 1 and not kwargs:
-            return calculator(args[0])
-        if not args and set(kwargs) == {"expression"}:
-            return calculator(kwargs["expression"])
-        raise ToolError("calculator takes exactly one argument: calculator(expression: str)")
+            value = args[0]
+        elif not args and set(kwargs) == {keyword}:
+            value = kwargs[keyword]
+        else:
+            raise ToolError(f"{name} takes exactly one argument: {name}({keyword}: str)")
+        if name == "calculator":
+            return calculator(value)
+        from whale.harness.pysandbox import run_python
+
+        return run_python(value, timeout_s=self.python_timeout_s)
 
 
 NUMBER = re.compile(r"(?:(?<![\d.])-)?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
@@ -322,6 +332,8 @@ Model: a small chat model (about 135M parameters) behind llm.chat(messages, max_
 temperature=None, stop=None, n=1); keep prompts short and plain, it follows long instructions badly.
 Tools: tools.calculator(expression) evaluates numbers with + - * / // % ** and parentheses and returns the \
 result as a string ("27", "2.5"); it raises on anything else (names, calls, huge numbers).
+tools.python(code) runs a short Python snippet in its own sandbox (no files, no network, a few seconds) \
+and returns what it printed; it raises with the error message when the code fails.
 Rules: do not hard-code answers or recognize specific questions; the returned answer must be a number \
 (digits, no words); score is 1 for the exact number, 0 otherwise."""
 
@@ -389,6 +401,8 @@ class MathDomain:
         seed: int = 0,
         sizes: dict[str, int] | None = None,
         levels: dict[str, list[int]] | None = None,
+        gsm8k_path: str | None = None,
+        python_timeout_s: float = 5.0,
     ):
         unknown = (set(sizes or {}) | set(levels or {})) - set(SPLITS)
         if unknown:
@@ -399,7 +413,10 @@ class MathDomain:
         for split, lv in self.levels.items():
             if not lv or any(level not in (1, 2, 3) for level in lv):
                 raise ValueError(f"math levels for {split} must be a non-empty list of 1, 2, 3; got {lv}")
+        self.python_timeout_s = python_timeout_s
         self._splits: dict[str, list[Task]] | None = None
+        if gsm8k_path is not None:
+            self._splits = split_loaded(load_gsm8k_jsonl(gsm8k_path), self.sizes, seed)
 
     def splits(self) -> dict[str, list[Task]]:
         """Evaluation splits are drawn first, so their content does not depend on the train size."""
@@ -426,7 +443,7 @@ class MathDomain:
         return (Path(__file__).parent / "harnesses" / "math_seed.py").read_text(encoding="utf-8")
 
     def toolbox(self, task: Task) -> MathToolbox:
-        return MathToolbox()
+        return MathToolbox(self.python_timeout_s)
 
     def verify(self, task: Task, answer: str | None, toolbox: Any) -> float:
         """1.0 when the last number in the answer equals the gold integer; anything unreadable scores 0."""
@@ -437,3 +454,21 @@ class MathDomain:
 
     def knob_pool(self) -> dict[str, list[Any]]:
         return {knob: list(values) for knob, values in KNOB_POOL.items()}
+
+
+def split_loaded(tasks: list[Task], sizes: dict[str, int], seed: int) -> dict[str, list[Task]]:
+    """Deal loaded tasks into disjoint splits: deduplicated by question, shuffled by seed, evaluation
+    splits filled first (they must be complete), train takes what is left up to its size."""
+    unique = list({t.inputs["question"]: t for t in tasks}.values())
+    random.Random(f"math-file:{seed}").shuffle(unique)
+    out: dict[str, list[Task]] = {}
+    start = 0
+    for split in ("test", "val", "search", "train"):
+        chunk = unique[start : start + sizes[split]]
+        if split != "train" and len(chunk) < sizes[split]:
+            raise ValueError(f"only {len(unique)} distinct questions: not enough for the {split} split")
+        start += len(chunk)
+        out[split] = [
+            Task(f"math-{split}-{i}", t.inputs, t.gold, {**t.meta, "file": t.id}) for i, t in enumerate(chunk)
+        ]
+    return {split: out[split] for split in SPLITS}

@@ -31,15 +31,32 @@ class HarnessInvalid(ValueError):
 
 
 def problems(source: str) -> list[str]:
-    """Every contract violation found in `source`, as 'line N: reason' strings (empty when valid)."""
+    """Every contract violation found in harness `source`, as 'line N: reason' strings (empty when valid)."""
+    found, tree = _scan(source)
+    if tree is None:
+        return found
+    runs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
+    if not runs:
+        found.append("no top-level `def run(task, llm, tools)`")
+    elif len(runs[0].args.args) != 3:
+        found.append(f"line {runs[0].lineno}: run() must take exactly (task, llm, tools)")
+    return found
+
+
+def code_problems(source: str) -> list[str]:
+    """The same rules for free-standing code (the math python tool), without the run() contract."""
+    return _scan(source)[0]
+
+
+def _scan(source: str) -> tuple[list[str], ast.Module | None]:
     if len(source.encode()) > MAX_SOURCE_BYTES:
-        return [f"source is {len(source.encode())} bytes, over the {MAX_SOURCE_BYTES}-byte limit"]
+        return [f"source is {len(source.encode())} bytes, over the {MAX_SOURCE_BYTES}-byte limit"], None
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        return [f"line {exc.lineno or 1}: syntax error: {exc.msg}"]
+        return [f"line {exc.lineno or 1}: syntax error: {exc.msg}"], None
     except ValueError as exc:  # e.g. a NUL byte in the source
-        return [f"line {source[: source.find(chr(0))].count(chr(10)) + 1}: {exc}"]
+        return [f"line {source[: source.find(chr(0))].count(chr(10)) + 1}: {exc}"], None
     found: list[str] = []
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
@@ -59,12 +76,7 @@ def problems(source: str) -> list[str]:
             found.append(f"line {line}: access to introspection attribute {node.attr!r}")
         elif isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
             found.append(f"line {line}: use of {node.id!r} is not allowed")
-    runs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
-    if not runs:
-        found.append("no top-level `def run(task, llm, tools)`")
-    elif len(runs[0].args.args) != 3:
-        found.append(f"line {runs[0].lineno}: run() must take exactly (task, llm, tools)")
-    return found
+    return found, tree
 
 
 def check(source: str) -> None:

@@ -250,8 +250,24 @@ def die_with_parent() -> None:
         raise SystemExit(0)  # the parent is already gone
 
 
+def exec_snippet(channel: Channel, proxies: dict[str, types.SimpleNamespace]) -> None:
+    """One-shot mode for the math python tool: run a model-written snippet, return what it printed."""
+    msg = channel.recv()
+    logs: list[str] = []
+    error = None
+    try:
+        namespace: dict[str, Any] = {"__builtins__": make_builtins(proxies, logs), "__name__": "snippet"}
+        exec(compile(msg["code"], "snippet.py", "exec"), namespace)  # noqa: S102 - the sandbox itself
+    except MemoryError:
+        error = "MemoryError: the code exceeded its memory limit"
+    except Exception as exc:  # noqa: BLE001 - reported to the model as the tool's error
+        error = f"{type(exc).__name__}: {str(exc)[:300]}"
+    channel.send({"stdout": "".join(logs), "error": error})
+
+
 def main() -> None:
     memory_mb, cpu_s = int(sys.argv[1]), int(sys.argv[2])
+    one_shot = len(sys.argv) > 3 and sys.argv[3] == "--exec"
     die_with_parent()
     proxies = {name: module_proxy(__import__(name)) for name in PRELOADED}
     for name in LAZY_DEPENDENCIES:
@@ -264,6 +280,9 @@ def main() -> None:
     limit_resources(memory_mb, cpu_s)
     sys.setrecursionlimit(500)
     sys.addaudithook(forbid_system_access)
+    if one_shot:
+        exec_snippet(channel, proxies)
+        return
     channel.send({"op": "ready"})
     while True:
         msg = channel.recv()
