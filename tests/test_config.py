@@ -138,3 +138,9 @@ def test_domain_name_shorthand_and_unknown_domain():
         build_domain(load_config("tiny", overrides=["domain=nope"]).domain)
     with pytest.raises(ConfigError, match="domain math: .*bogus"):
         build_domain(load_config("tiny", overrides=["domain.options.bogus=1"]).domain)
+
+
+def test_switching_domain_by_name_drops_the_previous_domains_options():
+    cfg = load_config("default", overrides=["domain=chess"])
+    assert cfg.domain.name == "chess" and cfg.domain.options == {}
+    assert load_config("default", overrides=["domain=math"]).domain.options["levels"]["test"] == [1]

@@ -80,8 +80,8 @@ def domains() -> None:
 def _domain_overrides(name: str, file: Path | None) -> list[str]:
     """Config overrides selecting a built-in domain, or a user's domain file (whose stem names it)."""
     if file is None:
-        return [f"domain.name={name}"]
-    return [f"domain.name={file.stem}", f"domain.file={file}"]
+        return [f"domain={name}"]
+    return [f"domain={file.stem}", f"domain.file={file}"]
 
 
 def _harness_source(path: Path) -> str:

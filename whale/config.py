@@ -116,7 +116,8 @@ def _one_line(exc: ValidationError, where: str) -> str:
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set a dotted key; a plain string given for a whole section sets its name (`domain=chess`)."""
+    """Set a dotted key; a plain string given for a whole section sets its name (`domain=chess`), and
+    drops that section's `options`, which belonged to the previous name."""
     keys = dotted.split(".")
     node = data
     for k in keys[:-1]:
@@ -125,6 +126,8 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
             raise ConfigError(f"--set {dotted}: '{k}' is not a section")
     last = keys[-1]
     if isinstance(node.get(last), dict) and isinstance(value, str):
+        if node[last].get("name") != value:
+            node[last].pop("options", None)
         node[last]["name"] = value
     else:
         node[last] = value
