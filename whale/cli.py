@@ -12,7 +12,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Weight-Harness Alternating LEarning.")
-console = Console()
+console = Console(soft_wrap=True)  # long paths and verdicts stay on one line when piped
 
 
 @app.callback()

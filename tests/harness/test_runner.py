@@ -94,7 +94,7 @@ def test_hostile_harnesses_fail_alone_and_the_runner_keeps_going(make_runner, ad
         "open": body(f"open({str(target)!r}, 'w').write('x')", "return '1'"),
         "import_os": "import os\n" + body(f"os.system('touch {target}')", "return '1'"),
         "loop": body("while True:", "    pass"),
-        "memory": body("x = []", "while True:", "    x.append('a' * 10**6)"),
+        "memory": body("x = []", "while True:", "    x.append('a' * 10**7)"),
         "random_os": "import random\n" + body("random._os.system('true')", "return '1'"),
         "json_codecs": "import json\n"
         + body(f"json.codecs.open({str(target)!r}, 'w').write('x')", "return 1"),
@@ -108,14 +108,14 @@ def test_hostile_harnesses_fail_alone_and_the_runner_keeps_going(make_runner, ad
         "no_run": "X = 1\n",
         "raises": body("raise ValueError('boom')"),
     }
-    runner = make_runner(workers=3, step_timeout_s=1.0, memory_mb=256, max_model_calls=4)
+    runner = make_runner(workers=3, step_timeout_s=3.0, memory_mb=256, max_model_calls=4)
     task = add_domain.tasks[1]
     good = harness(add_domain.seed_harness(), "good")
     jobs = [RolloutJob(task, harness(src, name), 0) for name, src in hostile.items()]
     jobs += [RolloutJob(t, good, 0) for t in add_domain.tasks[:4]]
     start = time.monotonic()
     rollouts = runner.run(jobs)
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 60  # nothing hangs: only the looping harness waits for its timeout
     by_name = dict(zip(hostile, rollouts, strict=False))
     for name, r in by_name.items():
         assert r.harness_id == name
