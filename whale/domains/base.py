@@ -6,7 +6,9 @@ answers stay in `Task.gold` and are read by `verify` in the parent.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 SPLITS = ("train", "search", "val", "test")
@@ -47,3 +49,21 @@ class Domain(Protocol):
     def knob_pool(self) -> dict[str, list[Any]]:
         """Values the offline mutation proposer may give to named UPPER_CASE harness constants."""
         ...
+
+
+def read_jsonl_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line of a user's JSONL file; errors name path:line."""
+    rows = []
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        rows.append((lineno, row))
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    return rows

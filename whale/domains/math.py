@@ -7,7 +7,6 @@ numbers for a 135M model. Each problem is a chain of 1..3 operations whose canon
 from __future__ import annotations
 
 import ast
-import json
 import operator
 import random
 import re
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale.domains.base import SPLITS, Task, ToolError
+from whale.domains.base import SPLITS, Task, ToolError, read_jsonl_rows
 
 NAMES = (
     "Sam",
@@ -192,14 +191,8 @@ def generate_problems(
 def load_gsm8k_jsonl(path: str | Path) -> list[Task]:
     """GSM8K rows ({"question", "answer": "...#### N"}) as tasks; a malformed row fails with its path:line."""
     tasks = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("question"), str):
+    for lineno, row in read_jsonl_rows(path):
+        if not isinstance(row.get("question"), str):
             raise ValueError(f"{path}:{lineno}: expected an object with a string 'question'")
         if not isinstance(row.get("answer"), str) or "####" not in row["answer"]:
             raise ValueError(f"{path}:{lineno}: expected a string 'answer' ending in '#### <integer>'")

@@ -9,7 +9,6 @@ The BM25 index (bm25s) is built once per domain instance in the parent and share
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import re
 import string
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.domains.base import SPLITS, Task, ToolError
+from whale.domains.base import SPLITS, Task, ToolError, read_jsonl_rows
 
 DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
 DEFAULT_N_DOCS = 2000
@@ -591,29 +590,12 @@ class SearchToolbox:
 # User data
 
 
-def read_jsonl(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    rows = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-        rows.append((lineno, row))
-    if not rows:
-        raise ValueError(f"{path}: no rows")
-    return rows
-
-
 def load_qa_jsonl(questions_path: str | Path, corpus_path: str | Path) -> tuple[list[Task], list[Document]]:
     """HotpotQA/NQ-style questions ({"question", "answer": str} or {"question", "answers": [str, ...]}) and
     a corpus ({"id", "title", "text"}), as (tasks, documents). A malformed row fails with its path:line."""
     documents: list[Document] = []
     seen_ids: set[str] = set()
-    for lineno, row in read_jsonl(corpus_path):
+    for lineno, row in read_jsonl_rows(corpus_path):
         doc_id, title, text = row.get("id"), row.get("title"), row.get("text")
         if isinstance(doc_id, int) and not isinstance(doc_id, bool):
             doc_id = str(doc_id)
@@ -626,7 +608,7 @@ def load_qa_jsonl(questions_path: str | Path, corpus_path: str | Path) -> tuple[
         seen_ids.add(doc_id)
         documents.append(Document(doc_id, title, text))
     tasks: list[Task] = []
-    for lineno, row in read_jsonl(questions_path):
+    for lineno, row in read_jsonl_rows(questions_path):
         question = row.get("question")
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"{questions_path}:{lineno}: expected a non-empty string 'question'")
