@@ -157,3 +157,18 @@ def test_kill_and_resume_counts_nothing_twice(tmp_path):
     assert train_total == state["budget"]["train_rollouts"]
     assert jsonl_line_count(out / "rollouts/train.jsonl") == train_total
     assert state["budget"]["train_rollouts"] + state["budget"]["search_rollouts"] >= 120
+
+
+def test_a_domain_error_leaves_no_run_directory(tmp_path):
+    out = tmp_path / "r"
+    assert_user_error(
+        whale("run", "--preset", "tiny", "--set", "domain.options.bogus=1", "--out", str(out)), "bogus"
+    )
+    assert not out.exists()
+    bad_harness = tmp_path / "h.py"
+    bad_harness.write_text("import os\ndef run(task, llm, tools):\n    return ''\n")
+    assert_user_error(
+        whale("run", "--preset", "tiny", "--set", f"domain.harness={bad_harness}", "--out", str(out)),
+        "import of 'os'",
+    )
+    assert not out.exists()

@@ -29,7 +29,7 @@ import yaml
 from rich.console import Console
 
 from whale.budget import Budget
-from whale.config import Config, ConfigError, config_from_dict
+from whale.config import Config, ConfigError
 from whale.domains.registry import build_domain
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate, Rollout
@@ -81,9 +81,9 @@ class Experiment:
         self.cfg = cfg
         self.out = out
         self.console = console or Console()
-        self._prepare_dir(resume)
         self.domain = build_domain(cfg.domain)
         self.splits = self.domain.splits()
+        seed = None if resume else self._seed_candidate()
         self.schedule = FixedAlternation(
             cfg.schedule.weight_steps, cfg.schedule.search_iters, cfg.schedule.start
         )
@@ -97,9 +97,10 @@ class Experiment:
         self.trainer = Trainer(model, pad, trainer_cfg, seed=cfg.seed)
         self.engine = HFEngine(self.trainer.model, tokenizer, max_batch=cfg.model.max_batch)
         self.runner = build_runner(cfg, self.engine, self.domain)
+        self._prepare_dir(resume)  # only now: a config, domain or model error leaves nothing on disk
         self.archive = Archive(out / "search")
         self.proposer = MutationProposer(self.domain.knob_pool(), seed=cfg.seed)
-        self.state = self._load_state() if resume else self._fresh_state()
+        self.state = self._load_state() if resume else self._fresh_state(seed)
         self.session_start = time.monotonic()
         self.wall_before = self.state.budget["wall_s"]
 
@@ -130,8 +131,8 @@ class Experiment:
             raise ConfigError(f"seed harness {path or self.domain.name}: {problems[0]}")
         return HarnessCandidate("c0000", source, None, "seed harness", "seed")
 
-    def _fresh_state(self) -> RunState:
-        self.archive.add(self._seed_candidate(), status="seed")
+    def _fresh_state(self, seed: HarnessCandidate) -> RunState:
+        self.archive.add(seed, status="seed")
         state = RunState(
             schedule=self.schedule.initial().to_json(),
             budget=Budget(self.cfg.schedule.budget_rollouts).to_json(),
@@ -143,11 +144,6 @@ class Experiment:
 
     def _load_state(self) -> RunState:
         state = RunState(**read_json(self.out / "state.json"))
-        saved = config_from_dict(
-            yaml.safe_load((self.out / "config.yaml").read_text()), f"{self.out}/config.yaml"
-        )
-        if saved.model_dump() != self.cfg.model_dump():
-            self.cfg = saved
         for name, n in (state.log_lines or {}).items():
             if (self.out / name).exists():
                 truncate_jsonl(self.out / name, n)
