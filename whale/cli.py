@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from whale.config import Config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Weight-Harness Alternating LEarning.")
 console = Console(soft_wrap=True)  # long paths and verdicts stay on one line when piped
@@ -84,6 +87,34 @@ def _domain_overrides(name: str, file: Path | None) -> list[str]:
     return [f"domain={file.stem}", f"domain.file={file}"]
 
 
+def _run_harness(
+    cfg: Config, name: str, source: str, split: str, k: int, label: str, limit: int | None = None
+) -> tuple[list, list]:
+    """Build domain, model and runner from `cfg`; run k rollouts of the harness on each task of `split`."""
+    from whale.domains.registry import build_domain
+    from whale.experiment import build_runner
+    from whale.harness.records import HarnessCandidate
+    from whale.harness.runner import RolloutJob
+    from whale.model.hf_engine import HFEngine
+    from whale.model.loading import load_model
+    from whale.progress import track
+
+    dom = build_domain(cfg.domain)
+    splits = dom.splits()
+    if split not in splits:
+        raise _user_error(f"--split {split}: expected one of {', '.join(splits)}")
+    tasks = splits[split][:limit]
+    model, tokenizer = load_model(cfg.model.name, cfg.seed)
+    runner = build_runner(cfg, HFEngine(model, tokenizer, max_batch=cfg.model.max_batch), dom)
+    candidate = HarnessCandidate(name, source)
+    try:
+        with track(console, label, len(tasks) * k) as tick:
+            rollouts = runner.run([RolloutJob(t, candidate, s) for t in tasks for s in range(k)], tick)
+    finally:
+        runner.close()
+    return tasks, rollouts
+
+
 def _harness_source(path: Path) -> str:
     if not path.is_file():
         raise _user_error(f"harness file not found: {path}")
@@ -104,33 +135,14 @@ def eval_(
     import time
 
     from whale.config import load_config
-    from whale.domains.registry import build_domain
-    from whale.experiment import build_runner, score_rollouts
+    from whale.experiment import score_rollouts
     from whale.harness import validate
-    from whale.harness.records import HarnessCandidate
-    from whale.harness.runner import RolloutJob
-    from whale.model.hf_engine import HFEngine
-    from whale.model.loading import load_model
-    from whale.progress import track
 
     cfg = load_config(preset, None, [*_domain_overrides(domain, domain_file), *(set_ or [])])
     source = _harness_source(harness)
     validate.check(source)
-    dom = build_domain(cfg.domain)
-    splits = dom.splits()
-    if split not in splits:
-        raise _user_error(f"--split {split}: expected one of {', '.join(splits)}")
-    model, tokenizer = load_model(cfg.model.name, cfg.seed)
-    engine = HFEngine(model, tokenizer, max_batch=cfg.model.max_batch)
-    runner = build_runner(cfg, engine, dom)
-    tasks = splits[split]
-    candidate = HarnessCandidate(harness.stem, source)
     start = time.monotonic()
-    try:
-        with track(console, f"{harness.name} on {domain}/{split}", len(tasks) * k) as tick:
-            rollouts = runner.run([RolloutJob(t, candidate, s) for t in tasks for s in range(k)], tick)
-    finally:
-        runner.close()
+    tasks, rollouts = _run_harness(cfg, harness.stem, source, split, k, f"{harness.name} on {domain}/{split}")
     score = score_rollouts(rollouts, tasks)
     errors = sum(r.error is not None for r in rollouts)
     console.print(
@@ -159,13 +171,7 @@ def harness_check(
 ) -> None:
     """Static validation, then a smoke test in the sandbox; says exactly what is wrong."""
     from whale.config import load_config
-    from whale.domains.registry import build_domain
-    from whale.experiment import build_runner
     from whale.harness import validate
-    from whale.harness.records import HarnessCandidate
-    from whale.harness.runner import RolloutJob
-    from whale.model.hf_engine import HFEngine
-    from whale.model.loading import load_model
 
     source = _harness_source(file)
     problems = validate.problems(source)
@@ -175,15 +181,7 @@ def harness_check(
         raise typer.Exit(1)
     console.print(f"{file}: static checks passed")
     cfg = load_config("tiny", None, [*_domain_overrides(domain, domain_file), f"model.name={model}"])
-    dom = build_domain(cfg.domain)
-    m, tok = load_model(model, cfg.seed)
-    runner = build_runner(cfg, HFEngine(m, tok), dom)
-    try:
-        smoke = runner.run(
-            [RolloutJob(t, HarnessCandidate(file.stem, source), 0) for t in dom.splits()["search"][:tasks]]
-        )
-    finally:
-        runner.close()
+    _, smoke = _run_harness(cfg, file.stem, source, "search", 1, "smoke test", limit=tasks)
     failed = [r for r in smoke if r.error]
     for r in smoke:
         status = f"error: {r.error}" if r.error else f"answer {r.answer!r}, reward {r.reward}"
