@@ -46,18 +46,24 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path):
 
 
 def check_complete_run(out: Path) -> dict:
-    for name in ("config.yaml", "events.jsonl", "evals.jsonl", "rollouts/train.jsonl", "state.json",
-                 "summary.json", "search/frontier.json", "search/evolution_summary.jsonl",
-                 "search/candidates/c0000/harness.py", "search/candidates/c0000/meta.json"):  # fmt: skip
-        assert (out / name).is_file(), name
     state = read_json(out / "state.json")
+    trained = state["weight_steps"] > 0  # harness-only never trains: no checkpoints, no train rollouts
+    searched = state["search_iters"] > 0  # weight-only never searches: no frontier
+    for name in ("config.yaml", "events.jsonl", "evals.jsonl", "state.json",
+                 "summary.json", "search/candidates/c0000/harness.py", "search/candidates/c0000/meta.json",
+                 *(["rollouts/train.jsonl"] if trained else []),
+                 *(["search/frontier.json", "search/evolution_summary.jsonl"] * searched)):  # fmt: skip
+        assert (out / name).is_file(), name
     assert state["finished"] is True
     budget = state["budget"]
     assert budget["train_rollouts"] + budget["search_rollouts"] >= budget["limit_rollouts"]
-    checkpoints = [p.name for p in (out / "checkpoints").iterdir()]
-    assert state["checkpoint"] in checkpoints and not [c for c in checkpoints if c.startswith(".")]
-    assert set(checkpoints) == set(state["kept_checkpoints"]) | {state["checkpoint"]}
-    assert (out / "checkpoints" / state["checkpoint"] / "weights.safetensors").is_file()
+    if trained:
+        checkpoints = [p.name for p in (out / "checkpoints").iterdir()]
+        assert state["checkpoint"] in checkpoints and not [c for c in checkpoints if c.startswith(".")]
+        assert set(checkpoints) == set(state["kept_checkpoints"]) | {state["checkpoint"]}
+        assert (out / "checkpoints" / state["checkpoint"] / "weights.safetensors").is_file()
+    else:
+        assert state["checkpoint"] is None and not list((out / "checkpoints").glob("*"))
     seed = read_json(out / "search/candidates/c0000/meta.json")
     assert seed["status"] == "seed" and seed["parent"] is None
     assert "def run(task, llm, tools)" in (out / "search/candidates/c0000/harness.py").read_text()

@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import numpy as np
@@ -8,6 +9,7 @@ from whale.metrics import (
     decide_acceptance,
     maj_at_k,
     mean_at_k,
+    paired_difference,
     paired_lcb,
     pass_at_k,
     pass_hat_k,
@@ -108,3 +110,33 @@ def test_decide_acceptance():
     assert "accepted" in d.reason and "\n" not in d.reason
     same = decide_acceptance(inc, inc)
     assert not same.accepted and same.lcb == 0.0 and "rejected" in same.reason
+
+
+def brute_force_pass_at_k(outcomes: list[bool], k: int) -> float:
+    subsets = list(itertools.combinations(range(len(outcomes)), k))
+    return sum(any(outcomes[i] for i in s) for s in subsets) / len(subsets)
+
+
+def brute_force_pass_hat_k(outcomes: list[bool], k: int) -> float:
+    subsets = list(itertools.combinations(range(len(outcomes)), k))
+    return sum(all(outcomes[i] for i in s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_pass_at_k_and_pass_hat_k_match_enumeration_of_k_subsets(n):
+    for c in range(n + 1):
+        outcomes = [True] * c + [False] * (n - c)
+        for k in range(1, n + 1):
+            assert pass_at_k(n, c, k) == pytest.approx(brute_force_pass_at_k(outcomes, k))
+            assert pass_hat_k(n, c, k) == pytest.approx(brute_force_pass_hat_k(outcomes, k))
+
+
+def test_paired_difference():
+    a, b = [1.0, 0.5, 0.0, 1.0], [0.5, 0.0, 0.0, 0.5]
+    d = paired_difference(a, b)
+    assert d.mean_diff == pytest.approx(0.375) and d.n_tasks == 4
+    assert d.ci_low <= d.mean_diff <= d.ci_high and d.ci_low >= 0.0
+    same = paired_difference(a, a)
+    assert (same.mean_diff, same.ci_low, same.ci_high) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        paired_difference(a, b[:2])

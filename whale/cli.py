@@ -157,6 +157,37 @@ def eval_(
     )
 
 
+@app.command()
+def compare(
+    domain: Annotated[str | None, typer.Option(help="Domain name (default: the preset's).")] = None,
+    methods: Annotated[
+        str, typer.Option(help="Comma-separated methods; the first is the reference of paired differences.")
+    ] = "whale,whale-adaptive,weight-only,harness-only,stagewise,fast-slow",
+    seeds: Annotated[int, typer.Option(help="Runs per method, with seeds seed, seed+1, ...")] = 1,
+    preset: Annotated[str | None, typer.Option(help="Preset name: default (SmolLM2) or tiny.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config file.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.sub=value.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Comparison directory (default runs/compare-<name>).")
+    ] = None,
+    domain_file: Annotated[Path | None, typer.Option("--domain-file", help="Your own domain file.")] = None,
+) -> None:
+    """Run every method on the same budget, splits and eval cadence; print and write the table and plot."""
+    from whale.compare import compare as run_compare
+    from whale.compare import parse_methods
+    from whale.config import load_config
+
+    chosen = parse_methods(methods)
+    overrides = _domain_overrides(domain, domain_file) if domain or domain_file else []
+    cfg = load_config(preset, config, [*overrides, *(set_ or [])])
+    out_dir = out or Path("runs") / f"compare-{cfg.name}-{cfg.domain.name}"
+    console.print(
+        f"[bold]whale compare[/bold]: {', '.join(chosen)} x {seeds} seed(s) on {cfg.domain.name}, "
+        f"{cfg.schedule.budget_rollouts} rollouts each -> {out_dir}"
+    )
+    run_compare(cfg, chosen, seeds, out_dir, console)
+
+
 harness_app = typer.Typer(no_args_is_help=True, help="Work with harness files.")
 app.add_typer(harness_app, name="harness")
 

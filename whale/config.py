@@ -8,6 +8,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from whale.schedule import METHODS
+
 PRESETS = Path(__file__).parent / "presets"
 
 
@@ -56,16 +58,37 @@ class SearchConfig(Section):
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
 
 
+class AdaptiveConfig(Section):
+    """whale-adaptive: a phase ends after `patience` units without a significant improvement."""
+
+    patience: int = Field(2, ge=1)
+    window: int = Field(3, ge=1)  # weight steps averaged into the smoothed train reward
+    min_weight_steps: int = Field(2, ge=1)
+    max_weight_steps: int = Field(12, ge=1)
+    min_search_iters: int = Field(1, ge=1)
+    max_search_iters: int = Field(6, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AdaptiveConfig:
+        if self.min_weight_steps > self.max_weight_steps or self.min_search_iters > self.max_search_iters:
+            raise ValueError("min phase length above max")
+        return self
+
+
 class ScheduleConfig(Section):
-    method: Literal["whale"] = "whale"
-    weight_steps: int = Field(4, ge=1)  # E
-    search_iters: int = Field(2, ge=1)  # I
+    method: Literal[METHODS] = "whale"  # see whale.schedule
+    weight_steps: int = Field(4, ge=1)  # E (whale, fast-slow)
+    search_iters: int = Field(2, ge=1)  # I (whale, fast-slow)
     start: Literal["weights", "harness"] = "weights"
-    budget_rollouts: int = Field(3000, ge=1)
+    budget_rollouts: int = Field(3000, ge=1)  # training + search rollouts, every method alike
+    adaptive: AdaptiveConfig = Field(default_factory=AdaptiveConfig)
+    stage_split: float = Field(0.5, gt=0.0, lt=1.0)  # stagewise: share of the budget for the first stage
+    population: int = Field(4, ge=1)  # fast-slow: harnesses kept (top-P on the search split)
 
 
 class EvalConfig(Section):
     k: int = Field(8, ge=1)
+    every_rollouts: int = Field(300, ge=1)  # val/test cadence in budget rollouts, same for every method
 
 
 DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}

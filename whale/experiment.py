@@ -2,8 +2,10 @@
 
 Run directory:
     config.yaml            resolved config
-    events.jsonl           one record per weight step, search iteration, evaluation and phase switch
-    evals.jsonl            one record per evaluation point (validation and test mean@k with CIs)
+    events.jsonl           one record per weight step, search iteration and phase switch (with the signal
+                           values that caused it)
+    evals.jsonl            one record per evaluation point (validation and test mean@k with CIs), taken
+                           every `eval.every_rollouts` budget rollouts so that curves of methods line up
     rollouts/train.jsonl   every RFT rollout
     evals/<point>/<split>.jsonl   evaluation rollouts
     search/                the archive (see whale.search.archive)
@@ -41,10 +43,10 @@ from whale.model.loading import load_model
 from whale.model.trainer import Trainer, TrainerConfig
 from whale.progress import track
 from whale.rft import rft_step
-from whale.schedule import WEIGHTS, FixedAlternation, ScheduleState
+from whale.schedule import WEIGHTS, ScheduleState, UnitReport, build_schedule
 from whale.search.archive import Archive, CandidateEval
 from whale.search.mutation import MutationProposer
-from whale.search.phase import evaluate_candidate, search_iteration
+from whale.search.phase import evaluate_candidate, population_iteration, search_iteration
 from whale.store import (
     append_jsonl,
     atomic_write_json,
@@ -68,6 +70,8 @@ class RunState:
     eval_points: int = 0
     incumbent: str = "c0000"
     incumbent_eval: dict[str, Any] | None = None
+    population: list[dict[str, Any]] | None = None  # fast-slow: CandidateEval of each member
+    next_eval_at: int = 0  # budget rollouts at which the next evaluation is due
     checkpoint: str | None = None
     kept_checkpoints: list[str] | None = None
     engine_calls: int = 0
@@ -84,9 +88,7 @@ class Experiment:
         self.domain = build_domain(cfg.domain)
         self.splits = self.domain.splits()
         seed = None if resume else self._seed_candidate()
-        self.schedule = FixedAlternation(
-            cfg.schedule.weight_steps, cfg.schedule.search_iters, cfg.schedule.start
-        )
+        self.schedule = build_schedule(cfg.schedule)
         model, tokenizer = load_model(cfg.model.name, cfg.seed)
         w = cfg.weights
         trainer_cfg = TrainerConfig(
@@ -99,7 +101,6 @@ class Experiment:
         self.runner = build_runner(cfg, self.engine, self.domain)
         self._prepare_dir(resume)  # only now: a config, domain or model error leaves nothing on disk
         self.archive = Archive(out / "search")
-        self.proposer = MutationProposer(self.domain.knob_pool(), seed=cfg.seed)
         self.state = self._load_state() if resume else self._fresh_state(seed)
         self.session_start = time.monotonic()
         self.wall_before = self.state.budget["wall_s"]
@@ -136,6 +137,7 @@ class Experiment:
         state = RunState(
             schedule=self.schedule.initial().to_json(),
             budget=Budget(self.cfg.schedule.budget_rollouts).to_json(),
+            next_eval_at=self.cfg.eval.every_rollouts,
         )
         self.state = state
         self._commit(weights_changed=False, boundary=False)
@@ -197,28 +199,43 @@ class Experiment:
         append_jsonl(self.out / "events.jsonl", [record])
 
     def run(self) -> dict[str, Any]:
-        st = self.state
+        st, every = self.state, self.cfg.eval.every_rollouts
         if st.eval_points == 0:
             self._evaluate("start")
             self._commit(weights_changed=False, boundary=True)
         while not st.finished and not self.budget.exhausted:
             sched = ScheduleState(**st.schedule)
             if sched.kind == WEIGHTS:
-                self._weight_step()
-                weights_changed = True
+                value, improved = self._weight_step(), False
             else:
-                self._search_iteration()
-                weights_changed = False
+                value, improved = self._search_iteration()
             st.unit += 1
-            nxt, boundary = self.schedule.advance(sched)
-            boundary = boundary or self.budget.exhausted
-            st.schedule = nxt.to_json()
-            if boundary:
-                self._evaluate(f"after {sched.kind} phase {sched.phase}")
+            b = self.budget
+            decision = self.schedule.advance(
+                sched, UnitReport(sched.kind, value, improved, b.rollouts, b.limit_rollouts)
+            )
+            st.schedule = decision.state.to_json()
+            if decision.switched:
                 self._event(
-                    {"event": "phase_switch", "from": sched.kind, "to": nxt.kind, "reason": "fixed length"}
+                    {
+                        "event": "phase_switch",
+                        "from": sched.kind,
+                        "to": decision.state.kind,
+                        "phase": sched.phase,
+                        "length": sched.done_in_phase + 1,
+                        "reason": decision.reason,
+                        "signals": decision.signals,
+                    }  # fmt: skip
                 )
-            self._commit(weights_changed, boundary)
+                self.console.print(
+                    f"  phase switch {sched.kind} -> {decision.state.kind} after {sched.done_in_phase + 1} "
+                    f"units: {decision.reason}"
+                )
+            due = b.rollouts >= st.next_eval_at or b.exhausted
+            if due:
+                self._evaluate("end" if b.exhausted else f"{b.rollouts} rollouts")
+                st.next_eval_at = (b.rollouts // every + 1) * every
+            self._commit(sched.kind == WEIGHTS, boundary=decision.switched or due)
         if not st.finished:
             st.finished = True
             self._event({"event": "end"})
@@ -226,16 +243,19 @@ class Experiment:
         self.runner.close()
         return self.summary()
 
-    def _weight_step(self) -> None:
+    def _weight_step(self) -> float:
+        """One RFT step under the incumbent (fast-slow: a population member drawn per task)."""
         st, rft = self.state, self.cfg.rft
-        harness = self.archive.load(st.incumbent)
+        members = [e["candidate_id"] for e in st.population or []] or [st.incumbent]
+        harnesses = [self.archive.load(cid) for cid in members]
         rng = random.Random(self.cfg.seed * 1_000_003 + st.weight_steps)
         with track(
             self.console, f"RFT step {st.weight_steps + 1}: sampling", rft.tasks_per_step * rft.k
         ) as tick:
             result = rft_step(
-                self.runner, self.trainer, harness, self.splits["train"], rng,
-                rft.tasks_per_step, rft.k, rft.reward_threshold, rft.max_kept_per_task, tick,
+                self.runner, self.trainer, harnesses, self.splits["train"], rng,
+                rft.tasks_per_step, rft.k, rft.reward_threshold, rft.max_kept_per_task,
+                f"rft{st.weight_steps}", tick,
             )  # fmt: skip
         st.weight_steps += 1
         self.engine.weights_version = f"w{st.weight_steps}"
@@ -246,7 +266,7 @@ class Experiment:
             {
                 "event": "weight_step",
                 "step": st.weight_steps,
-                "harness": harness.id,
+                "harnesses": result.harnesses,
                 "train_reward": result.train_reward,
                 "kept": result.kept,
                 "total": len(result.rollouts),
@@ -259,25 +279,42 @@ class Experiment:
             f"  weight step {st.weight_steps}: train reward {result.train_reward:.3f}, "
             f"kept {result.kept}/{len(result.rollouts)}, loss {result.loss:.3f}"
         )
+        return result.train_reward
 
-    def _search_iteration(self) -> None:
+    def _proposer(self) -> MutationProposer:
+        """Seeded per iteration, so a resumed run proposes what an uninterrupted one would have."""
+        return MutationProposer(
+            self.domain.knob_pool(),
+            seed=self.cfg.seed * 7919 + self.state.search_iters,
+            text_only=self.cfg.schedule.method == "fast-slow",
+        )
+
+    def _current_eval(self, candidate_id: str, known: dict[str, Any] | None) -> CandidateEval:
+        """The candidate's search-split score under the current weights; re-scored (and charged) if stale."""
+        ev = CandidateEval(**known) if known else None
+        if ev is not None and ev.weights_version == self.engine.weights_version:
+            return ev
+        tasks, n = self.splits["search"], self.cfg.search.rollouts_per_task
+        with track(self.console, f"re-evaluating {candidate_id}", len(tasks) * n) as tick:
+            ev, spent = evaluate_candidate(
+                self.runner, self.archive, self.archive.load(candidate_id), tasks, n, tick
+            )
+        self._charge(spent, "search")
+        self._event({"event": "reeval", "harness": candidate_id, "score": ev.mean, "spent": len(spent)})
+        return ev
+
+    def _search_iteration(self) -> tuple[float, bool]:
+        """One harness-search iteration; returns the incumbent's search score and whether it changed."""
+        if self.cfg.schedule.method == "fast-slow":
+            return self._population_iteration()
         st, sc = self.state, self.cfg.search
         tasks = self.splits["search"]
         incumbent = self.archive.load(st.incumbent)
-        ev = CandidateEval(**st.incumbent_eval) if st.incumbent_eval else None
-        if ev is None or ev.weights_version != self.engine.weights_version:
-            with track(
-                self.console, f"re-evaluating incumbent {incumbent.id}", len(tasks) * sc.rollouts_per_task
-            ) as t:
-                ev, spent = evaluate_candidate(
-                    self.runner, self.archive, incumbent, tasks, sc.rollouts_per_task, t
-                )
-            self._charge(spent, "search")
-            self._event({"event": "incumbent_reeval", "harness": incumbent.id, "score": ev.mean})
+        ev = self._current_eval(st.incumbent, st.incumbent_eval)
         total = sc.candidates_per_iter * (len(tasks) * sc.rollouts_per_task + sc.smoke_tasks)
         with track(self.console, f"search iteration {st.search_iters + 1}", total) as tick:
             result = search_iteration(
-                self.runner, self.archive, self.proposer, incumbent, ev, tasks, sc.candidates_per_iter,
+                self.runner, self.archive, self._proposer(), incumbent, ev, tasks, sc.candidates_per_iter,
                 sc.rollouts_per_task, sc.smoke_tasks, sc.alpha, self.cfg.seed + st.search_iters, tick,
             )  # fmt: skip
         st.search_iters += 1
@@ -294,10 +331,48 @@ class Experiment:
                 "reason": result.reason,
                 "candidates": {e.candidate_id: e.mean for e in result.evaluated},
                 "failed": result.failed,
+                "spent": len(result.rollouts),
             }  # fmt: skip
         )
         verdict = "accepted" if result.accepted else "kept incumbent"
         self.console.print(f"  search iteration {st.search_iters}: {verdict} — {result.reason}")
+        return result.incumbent_eval.mean, result.accepted
+
+    def _population_iteration(self) -> tuple[float, bool]:
+        """fast-slow: re-score the population under the current weights, add prompt-text children, keep
+        the top `schedule.population`; the best member becomes the harness used at evaluation."""
+        st, sc = self.state, self.cfg.search
+        tasks = self.splits["search"]
+        known = {e["candidate_id"]: e for e in st.population or []}
+        population = [self._current_eval(cid, known.get(cid)) for cid in known or [st.incumbent]]
+        total = sc.candidates_per_iter * (len(tasks) * sc.rollouts_per_task + sc.smoke_tasks)
+        with track(self.console, f"population iteration {st.search_iters + 1}", total) as tick:
+            result = population_iteration(
+                self.runner, self.archive, self._proposer(), population, tasks, sc.candidates_per_iter,
+                sc.rollouts_per_task, sc.smoke_tasks, self.cfg.schedule.population, tick,
+            )  # fmt: skip
+        st.search_iters += 1
+        self._charge(result.rollouts, "search")
+        best = result.population[0]
+        changed = best.candidate_id != st.incumbent
+        st.population = [asdict(e) for e in result.population]
+        st.incumbent, st.incumbent_eval = best.candidate_id, asdict(best)
+        self._event(
+            {
+                "event": "search_iteration",
+                "iteration": st.search_iters,
+                "incumbent": st.incumbent,
+                "incumbent_score": best.mean,
+                "accepted": changed,
+                "population": {e.candidate_id: e.mean for e in result.population},
+                "candidates": {e.candidate_id: e.mean for e in result.evaluated},
+                "failed": result.failed,
+                "spent": len(result.rollouts),
+            }  # fmt: skip
+        )
+        members = ", ".join(f"{e.candidate_id} {e.mean:.3f}" for e in result.population)
+        self.console.print(f"  population iteration {st.search_iters}: {members}")
+        return best.mean, changed
 
     def _evaluate(self, label: str) -> None:
         st, k = self.state, self.cfg.eval.k
@@ -372,7 +447,10 @@ def summarize_run(out: Path) -> dict[str, Any]:
             f"{state['incumbent']}/harness.py",
         )
     )
+    method = (yaml.safe_load((out / "config.yaml").read_text()) or {}).get("schedule", {}).get("method")
+    switches = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "phase_switch"]
     summary = {
+        "method": method,
         "points": points,
         "before": first["test"],
         "after": last["test"],
@@ -381,6 +459,9 @@ def summarize_run(out: Path) -> dict[str, Any]:
         "budget": state["budget"],
         "final_harness": state["incumbent"],
         "harness_diff": diff,
+        "phase_switches": [
+            {k: e[k] for k in ("from", "to", "rollouts", "reason", "signals") if k in e} for e in switches
+        ],
     }
     atomic_write_json(out / "summary.json", {k: v for k, v in summary.items() if k != "points"})
     return summary

@@ -161,3 +161,22 @@ def decide_acceptance(
     return AcceptanceDecision(
         accepted=accepted, mean_diff=mean_diff, lcb=lcb, n_tasks=len(challenger), reason=reason
     )
+
+
+@dataclass
+class PairedDifference:
+    mean_diff: float  # mean over tasks of (a - b)
+    ci_low: float
+    ci_high: float
+    n_tasks: int
+
+
+def paired_difference(
+    a: list[float], b: list[float], alpha: float = 0.05, n_boot: int = 2000, seed: int = 0
+) -> PairedDifference:
+    """Two methods scored on the same tasks: mean of per-task differences with a paired bootstrap CI."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired_difference needs the same non-empty task list ({len(a)} vs {len(b)})")
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    lo, hi = bootstrap_ci(diffs, n_boot=n_boot, alpha=alpha, seed=seed)
+    return PairedDifference(float(np.mean(diffs)), lo, hi, len(diffs))

@@ -1,4 +1,5 @@
-"""One online rejection-sampling fine-tuning step under a frozen harness.
+"""One online rejection-sampling fine-tuning step under a frozen harness (or, for Fast-Slow, a frozen
+population of harnesses, one drawn per task).
 
 Sample tasks, run k rollouts each through the current harness, keep those whose reward passes the
 threshold, and take SFT steps on the `train=True` model calls inside them: exact sampled token ids,
@@ -8,7 +9,7 @@ loss on completion tokens only.
 from __future__ import annotations
 
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from whale.model.trainer import Trainer, TrainExample
 @dataclass
 class RFTStepResult:
     rollouts: list[Rollout]
+    harnesses: dict[str, int]  # harness id -> tasks it ran
     kept: int
     examples: int
     train_reward: float
@@ -54,22 +56,26 @@ def select_kept(rollouts: list[Rollout], threshold: float, max_per_task: int) ->
 def rft_step(
     runner: RolloutRunner,
     trainer: Trainer,
-    harness: HarnessCandidate,
+    harnesses: list[HarnessCandidate],
     train_tasks: list[Task],
     rng: random.Random,
     tasks_per_step: int,
     k: int,
     threshold: float,
     max_kept_per_task: int,
+    salt: str = "",
     on_done: Callable[[Rollout], None] | None = None,
 ) -> RFTStepResult:
     tasks = rng.sample(train_tasks, min(tasks_per_step, len(train_tasks)))
-    rollouts = runner.run([RolloutJob(t, harness, s) for t in tasks for s in range(k)], on_done)
+    chosen = [harnesses[0] if len(harnesses) == 1 else rng.choice(harnesses) for _ in tasks]
+    jobs = [RolloutJob(t, h, s, salt) for t, h in zip(tasks, chosen, strict=True) for s in range(k)]
+    rollouts = runner.run(jobs, on_done)
     kept = select_kept(rollouts, threshold, max_kept_per_task)
     examples = examples_from(kept)
     stats = trainer.train(examples)
     return RFTStepResult(
         rollouts=rollouts,
+        harnesses=dict(Counter(h.id for h in chosen)),
         kept=len(kept),
         examples=len(examples),
         train_reward=sum(r.reward for r in rollouts) / max(len(rollouts), 1),

@@ -1,10 +1,34 @@
-"""Which phase runs next. Fixed alternation: E weight steps, then I search iterations, repeated."""
+"""Which phase runs next, for every method the paper compares.
+
+A schedule sees one `UnitReport` after each finished unit (a weight step or a search iteration) and
+answers with the next state and, when it switches phase, the reason and the signal values behind it.
+State is plain JSON so a resumed run continues the same phase with the same patience counters.
+
+    whale                    E weight steps, then I search iterations, repeated
+    whale-adaptive           each phase ends when its signal stops improving by more than its noise
+    weight-only              weight steps only (the harness stays the seed)
+    harness-only             search iterations only (the weights stay the base model)
+    stagewise                all weight steps, then all search: the budget split at `stage_split`
+    stagewise-harness-first  the reverse
+    fast-slow                a population of harnesses evolved by prompt text (fast), weights sampled
+                             under it (slow), alternating with fixed lengths as in `whale`
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
 
 WEIGHTS, HARNESS = "weights", "harness"
+METHODS = (
+    "whale", "whale-adaptive", "weight-only", "harness-only", "stagewise", "stagewise-harness-first",
+    "fast-slow",
+)  # fmt: skip
+
+
+def other(kind: str) -> str:
+    return HARNESS if kind == WEIGHTS else WEIGHTS
 
 
 @dataclass
@@ -12,9 +36,48 @@ class ScheduleState:
     kind: str  # the phase now running: "weights" or "harness"
     phase: int = 0  # index of that phase
     done_in_phase: int = 0  # units finished in it
+    values: list[float] = field(default_factory=list)  # this phase's signal, one value per unit
+    best: float | None = None  # best smoothed signal so far in this phase
+    stale: int = 0  # units since the signal last improved by more than its noise
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class UnitReport:
+    """What one finished unit tells the schedule."""
+
+    kind: str
+    value: float  # weights: mean train reward of the step; harness: incumbent (best) search-set score
+    improved: bool = False  # harness: a challenger beat the incumbent significantly (paired LCB > 0)
+    rollouts: int = 0  # budget spent so far, all phases
+    limit: int = 0  # the budget
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: ScheduleState
+    switched: bool
+    reason: str = ""
+    signals: dict[str, Any] = field(default_factory=dict)
+
+
+class Schedule(Protocol):
+    def initial(self) -> ScheduleState: ...
+
+    def advance(self, state: ScheduleState, report: UnitReport) -> Decision: ...
+
+
+def _continue(state: ScheduleState, report: UnitReport, **changes: Any) -> ScheduleState:
+    fields = {**state.to_json(), "done_in_phase": state.done_in_phase + 1}
+    fields["values"] = [*state.values, report.value]
+    fields.update(changes)
+    return ScheduleState(**fields)
+
+
+def _switch(state: ScheduleState, reason: str, signals: dict[str, Any]) -> Decision:
+    return Decision(ScheduleState(other(state.kind), state.phase + 1), True, reason, signals)
 
 
 @dataclass(frozen=True)
@@ -29,10 +92,120 @@ class FixedAlternation:
     def length(self, kind: str) -> int:
         return self.weight_steps if kind == WEIGHTS else self.search_iters
 
-    def advance(self, state: ScheduleState) -> tuple[ScheduleState, bool]:
-        """Record one finished unit; returns the next state and whether a phase boundary was crossed."""
-        done = state.done_in_phase + 1
-        if done < self.length(state.kind):
-            return ScheduleState(state.kind, state.phase, done), False
-        other = HARNESS if state.kind == WEIGHTS else WEIGHTS
-        return ScheduleState(other, state.phase + 1, 0), True
+    def advance(self, state: ScheduleState, report: UnitReport) -> Decision:
+        nxt = _continue(state, report)
+        if nxt.done_in_phase < self.length(state.kind):
+            return Decision(nxt, False)
+        return _switch(state, "fixed length", {"done_in_phase": nxt.done_in_phase})
+
+
+@dataclass(frozen=True)
+class SinglePhase:
+    """weight-only or harness-only: one phase for the whole budget."""
+
+    kind: str
+
+    def initial(self) -> ScheduleState:
+        return ScheduleState(kind=self.kind)
+
+    def advance(self, state: ScheduleState, report: UnitReport) -> Decision:
+        return Decision(_continue(state, report), False)
+
+
+@dataclass(frozen=True)
+class Stagewise:
+    """One phase until `split` of the budget is spent, then the other for the rest."""
+
+    first: str
+    split: float
+
+    def initial(self) -> ScheduleState:
+        return ScheduleState(kind=self.first)
+
+    def advance(self, state: ScheduleState, report: UnitReport) -> Decision:
+        share = report.rollouts / max(report.limit, 1)
+        if state.kind == self.first and share >= self.split:
+            signals = {"rollouts": report.rollouts, "share": round(share, 4)}
+            return _switch(state, "stage budget spent", signals)
+        return Decision(_continue(state, report), False)
+
+
+@dataclass(frozen=True)
+class Patience:
+    """End a phase after `patience` units without a significant improvement, within [min_len, max_len]."""
+
+    patience: int
+    min_len: int
+    max_len: int
+
+
+def window_stats(values: list[float], window: int) -> tuple[float, float]:
+    """Mean of the last `window` values and its standard error (0 with fewer than two values)."""
+    tail = values[-window:]
+    mean = sum(tail) / len(tail)
+    if len(tail) < 2:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in tail) / (len(tail) - 1)
+    return mean, math.sqrt(var / len(tail))
+
+
+@dataclass(frozen=True)
+class AdaptiveAlternation:
+    """whale-adaptive: switch when the running phase's signal has stopped improving.
+
+    Weights: the windowed mean train reward must beat the best so far by more than its standard error.
+    Harness: an iteration improves only when the search accepted a challenger (paired LCB above zero),
+    so the best search-set score has improved significantly.
+    """
+
+    weights: Patience
+    harness: Patience
+    window: int = 3
+    start: str = WEIGHTS
+
+    def initial(self) -> ScheduleState:
+        return ScheduleState(kind=self.start)
+
+    def advance(self, state: ScheduleState, report: UnitReport) -> Decision:
+        rule = self.weights if state.kind == WEIGHTS else self.harness
+        values = [*state.values, report.value]
+        if state.kind == WEIGHTS:
+            level, noise = window_stats(values, self.window)
+            improved = state.best is None or level > state.best + noise
+            signals = {"windowed_reward": round(level, 4), "stderr": round(noise, 4), "best": state.best}
+        else:
+            level, improved = report.value, report.improved or state.best is None
+            signals = {"search_score": round(level, 4), "accepted": report.improved, "best": state.best}
+        best = level if improved else state.best
+        stale = 0 if improved else state.stale + 1
+        nxt = _continue(state, report, best=best, stale=stale)
+        signals.update(stale=stale, patience=rule.patience, done_in_phase=nxt.done_in_phase)
+        if nxt.done_in_phase >= rule.max_len:
+            return _switch(state, "max phase length", signals)
+        if nxt.done_in_phase >= rule.min_len and stale >= rule.patience:
+            return _switch(state, "patience ran out", signals)
+        return Decision(nxt, False, "", signals)
+
+
+def build_schedule(cfg: Any) -> Schedule:
+    """The schedule named by `cfg.method` (a ScheduleConfig)."""
+    method = cfg.method
+    if method in ("whale", "fast-slow"):
+        return FixedAlternation(cfg.weight_steps, cfg.search_iters, cfg.start)
+    if method == "whale-adaptive":
+        a = cfg.adaptive
+        return AdaptiveAlternation(
+            Patience(a.patience, a.min_weight_steps, a.max_weight_steps),
+            Patience(a.patience, a.min_search_iters, a.max_search_iters),
+            a.window,
+            cfg.start,
+        )
+    if method == "weight-only":
+        return SinglePhase(WEIGHTS)
+    if method == "harness-only":
+        return SinglePhase(HARNESS)
+    if method == "stagewise":
+        return Stagewise(WEIGHTS, cfg.stage_split)
+    if method == "stagewise-harness-first":
+        return Stagewise(HARNESS, cfg.stage_split)
+    raise ValueError(f"unknown schedule method {method!r} (known: {', '.join(METHODS)})")

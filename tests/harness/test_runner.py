@@ -10,6 +10,7 @@ import pytest
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
 from whale.model.engine import SamplingParams
+from whale.model.hf_engine import HFEngine
 
 SAMPLING = SamplingParams(temperature=0.7, max_tokens=4)
 
@@ -208,6 +209,41 @@ def test_concurrent_chats_are_batched_into_one_engine_call(make_runner, add_doma
         assert r.calls[0].text == "echo: q" + r.task_id.split("-")[1]
         assert {c.messages[0]["content"] for c in r.calls[1:]} == {r.calls[0].text}
     assert len(set(fake_engine.seeds)) == 2  # each engine call gets its own seed
+
+
+def test_samples_depend_on_task_sample_salt_and_call_not_on_batching_or_harness_id(tiny, add_domain):
+    """Each model call is seeded from (runner seed, task, sample, salt, call index): the tiny model's
+    samples come out the same whether rollouts run one at a time or batched eight wide, and harness
+    candidates on the same task and sample share them (common random numbers)."""
+    source = body(
+        "llm.chat([{'role': 'user', 'content': 'q' + str(task['a'])}])",
+        "llm.chat([{'role': 'user', 'content': 'again'}], n=2)",
+        "return str(tools.add(task['a'], task['b']))",
+    )
+    a, b = harness(source, "a"), harness("# another candidate\n" + source, "b")
+
+    def sampled(jobs: list[RolloutJob], workers: int) -> dict[tuple[str, int], list[list[int]]]:
+        runner = RolloutRunner(HFEngine(*tiny), add_domain, SAMPLING, RunnerLimits(workers=workers), seed=3)
+        try:
+            rollouts = runner.run(jobs)
+        finally:
+            runner.close()
+        assert all(r.error is None and len(r.calls) == 3 for r in rollouts)
+        assert workers == 1 or runner.engine_calls < 2 * len(jobs)  # requests were batched
+        return {(r.task_id, r.sample): [c.completion_ids for c in r.calls] for r in rollouts}
+
+    keys = [(t, s) for t in add_domain.tasks for s in range(2)]
+    one_by_one = sampled([RolloutJob(t, a, s) for t, s in keys], workers=1)
+    batched = sampled([RolloutJob(t, a, s) for t, s in keys[::-1]], workers=8)
+    other_harness = sampled([RolloutJob(t, b, s) for t, s in keys], workers=8)
+    salted = sampled([RolloutJob(t, a, s, salt="step-1") for t, s in keys], workers=8)
+    assert batched == one_by_one
+    assert other_harness == one_by_one
+    for key, calls in one_by_one.items():
+        assert calls[1] != calls[2]  # the n=2 samples of one call differ
+        assert salted[key] != calls
+    distinct = {tuple(map(tuple, calls)) for calls in one_by_one.values()}
+    assert len(distinct) == len(keys)  # every (task, sample) gets its own samples
 
 
 def test_chat_arguments_are_checked_and_clamped(make_runner, add_domain):

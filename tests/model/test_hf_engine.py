@@ -129,6 +129,30 @@ def test_greedy_does_not_depend_on_batch_composition_or_left_padding(engine):
         assert a.finish_reason == b.finish_reason == c.finish_reason
 
 
+def test_seeded_request_samples_the_same_alone_or_in_any_batch(engine):
+    """A request's own seed fixes its sample whatever shares the batch: other prompts (left padding, row
+    compaction at different finishing steps), other seeds, unseeded rows, and the batch seed."""
+    params = SamplingParams(temperature=1.0, max_tokens=12)
+    seeded = [GenerationRequest(m, params, seed=100 + i) for i, m in enumerate(PROMPTS)]
+    unseeded = requests(params)
+    alone = [engine.generate([r], seed=0)[0].completion_ids for r in seeded]
+    assert len({len(ids) for ids in alone}) > 2  # rows finish at different steps: batches get compacted
+    batches = [
+        (1, seeded),
+        (2, seeded[::-1]),
+        (3, unseeded[:3] + seeded[2:5] + unseeded[3:]),
+        (4, [seeded[1]] + unseeded),
+    ]
+    for batch_seed, batch in batches:
+        gens = engine.generate(batch, seed=batch_seed)
+        for r, g in zip(batch, gens, strict=True):
+            if r.seed is not None:
+                assert g.completion_ids == alone[r.seed - 100], (batch_seed, r.seed)
+    # the seed does matter: other seeds give other samples for the same prompt
+    others = [engine.generate([GenerationRequest(PROMPTS[1], params, seed=s)], seed=0)[0] for s in range(4)]
+    assert len({tuple(g.completion_ids) for g in others} | {tuple(alone[1])}) >= 4
+
+
 def test_max_batch_chunks_and_mixed_sampling_groups_keep_request_order(engine):
     alone = [engine.generate([r], seed=0)[0] for r in requests(GREEDY)]
     small = HFEngine(engine.model, engine.tokenizer, max_batch=2)

@@ -160,3 +160,20 @@ def test_crossover_takes_each_knob_from_one_of_the_parents():
         mixed += bool(from_a and from_b)
         assert skeleton(c.source) == skeleton(SEED)
     assert mixed == 6  # pure copies of a parent are in `seen`, so every candidate mixes both
+
+
+def test_text_only_proposals_change_prompt_strings_only():
+    seed = HarnessCandidate("c0000", SEED)
+    other = HarnessCandidate("c0009", set_knobs(SEED, {n: v[-1] for n, v in POOL.items() if len(v) > 1}))
+    out = MutationProposer(POOL, seed=1, text_only=True, crossover_rate=0.5).propose(
+        [seed, other], {signature(SEED)}, 12, ids()
+    )
+    assert len(out) == 12
+    base = find_knobs(SEED)
+    for c in out:
+        knobs = find_knobs(c.source)
+        changed = {n for n in knobs if knobs[n].value != base[n].value}
+        assert changed and all(isinstance(base[n].value, str) for n in changed), c.hypothesis
+    mixed = MutationProposer(POOL, seed=1).propose([seed], {signature(SEED)}, 12, ids())
+    assert any(not isinstance(base[n].value, str) for c in mixed for n, s in find_knobs(c.source).items()
+               if s.value != base[n].value)  # fmt: skip

@@ -9,7 +9,7 @@ from whale.harness.runner import RolloutRunner, RunnerLimits
 from whale.metrics import decide_acceptance
 from whale.model.engine import SamplingParams
 from whale.search.archive import Archive
-from whale.search.phase import evaluate_candidate, search_iteration, summarize
+from whale.search.phase import evaluate_candidate, population_iteration, search_iteration, summarize
 from whale.store import read_json, read_jsonl
 
 WRONG = 'def run(task, llm, tools):\n    llm.chat([{"role": "user", "content": "guess"}])\n    return "0"\n'
@@ -151,3 +151,32 @@ def test_summarize_averages_per_task_first():
     rollouts.append(Rollout("b", "h", "w", 0, reward=0.0, error="x"))
     ev = summarize("h", "w", rollouts)
     assert ev.per_task == {"a": 1.0, "b": 0.0} and ev.mean == 0.5 and ev.errors == 1
+
+
+def test_population_iteration_keeps_the_top_members_and_records_who_was_dropped(
+    tmp_path, runner, add_domain
+):
+    archive = Archive(tmp_path / "search")
+    seed = HarnessCandidate("c0000", WRONG, None, "seed", "seed")
+    archive.add(seed, status="seed")
+    seed_eval, _ = evaluate_candidate(runner, archive, seed, add_domain.tasks, 1)
+    good = add_domain.seed_harness()
+    proposer = ListProposer([good, INVALID, good + "\n\nUNUSED = 2\n"])
+    result = population_iteration(
+        runner, archive, proposer, [seed_eval], add_domain.tasks,
+        n_candidates=3, rollouts_per_task=1, smoke_tasks=1, size=2,
+    )  # fmt: skip
+    assert [e.candidate_id for e in result.population] == ["c0001", "c0003"]  # both 1.0; c0000 scored 0
+    assert [e.mean for e in result.population] == [1.0, 1.0]
+    assert set(result.failed) == {"c0002"}
+    assert archive.meta("c0000")["status"] == "seed"  # the seed keeps its mark even when dropped
+    assert [archive.meta(c)["status"] for c in ("c0001", "c0002", "c0003")] == [
+        "population", "invalid", "population",
+    ]  # fmt: skip
+    assert len(result.rollouts) == 2 + 2 * len(add_domain.tasks)
+    again = population_iteration(
+        runner, archive, ListProposer([WRONG + "\nX = 1\n"]), result.population, add_domain.tasks,
+        n_candidates=1, rollouts_per_task=1, smoke_tasks=1, size=2,
+    )  # fmt: skip
+    assert [e.candidate_id for e in again.population] == ["c0001", "c0003"]
+    assert archive.meta("c0004")["status"] == "dropped"

@@ -9,6 +9,7 @@ group, and its rollout records the reason; the run goes on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import selectors
@@ -49,6 +50,9 @@ class RolloutJob:
     task: Task
     harness: HarnessCandidate
     sample: int
+    # Distinguishes otherwise identical jobs (e.g. the RFT step number), so that a task drawn again in a
+    # later step gets fresh samples rather than the ones it got before.
+    salt: str = ""
 
 
 @dataclass
@@ -264,8 +268,9 @@ class RolloutRunner:
         requests, owners = [], []
         for w in waiting:
             params = self._params(w.request)
-            for _ in range(w.request.get("n", 1)):
-                requests.append(GenerationRequest(w.request["messages"], params))
+            for k in range(w.request.get("n", 1)):
+                seed = self._request_seed(w.job, len(w.rollout.calls) + k)
+                requests.append(GenerationRequest(w.request["messages"], params, seed))
                 owners.append(w)
         self.engine_calls += 1
         generations = self.engine.generate(requests, seed=self.seed * 1_000_003 + self.engine_calls)
@@ -284,6 +289,14 @@ class RolloutRunner:
         for w in waiting:
             w.request, w.resumed = None, now
             self._send(w, {"op": "chat_result", "texts": texts[id(w)]})
+
+    def _request_seed(self, job: RolloutJob, call_index: int) -> int:
+        """The seed of one model call, whatever else shares its batch: a function of the runner seed, the
+        job's task, sample and salt, and the call's index within the rollout. The harness id is left out
+        on purpose: candidates run on the same task and sample share random numbers (common random
+        numbers), so paired comparisons between them have less noise."""
+        key = json.dumps([self.seed, job.task.id, job.sample, job.salt, call_index]).encode()
+        return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") & ((1 << 63) - 1)
 
     def _serve_tool(self, w: _Worker, msg: dict[str, Any]) -> None:
         name, args, kwargs = msg.get("name"), msg.get("args", []), msg.get("kwargs", {})

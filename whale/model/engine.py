@@ -21,6 +21,9 @@ class SamplingParams:
 class GenerationRequest:
     messages: list[dict[str, str]]
     params: SamplingParams = field(default_factory=SamplingParams)
+    # A per-request seed makes the sample independent of which other requests share the batch (as
+    # vLLM's SamplingParams.seed); None falls back to the batch seed given to generate().
+    seed: int | None = None
 
 
 @dataclass

@@ -22,10 +22,8 @@ def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]
     return [int(i) for i in ids]
 
 
-def sample_next(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> torch.Tensor:
-    """Sample one token per row with HF/vLLM semantics: temperature, then top_k, then top_p."""
-    if params.temperature <= 0:
-        return logits.argmax(-1)
+def next_token_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Per-row probabilities with HF/vLLM semantics: temperature (> 0), then top_k, then top_p."""
     logits = logits.float() / params.temperature
     if params.top_k > 0 and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
@@ -36,8 +34,34 @@ def sample_next(logits: torch.Tensor, params: SamplingParams, gen: torch.Generat
         drop = probs.cumsum(-1) - probs > params.top_p
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    probs = logits.softmax(-1)
-    return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    return logits.softmax(-1)
+
+
+def sample_next(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    gen: torch.Generator,
+    row_gens: list[torch.Generator | None] | None = None,
+) -> torch.Tensor:
+    """Sample one token per row; temperature 0 is argmax.
+
+    A row with its own generator in `row_gens` draws from it alone, so its sample does not depend on the
+    other rows; the remaining rows draw together, in one multinomial, from the shared `gen`.
+    """
+    if params.temperature <= 0:
+        return logits.argmax(-1)
+    probs = next_token_probs(logits, params)
+    row_gens = row_gens or [None] * len(probs)
+    shared = [pos for pos, g in enumerate(row_gens) if g is None]
+    if len(shared) == len(probs):
+        return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    out = torch.empty(len(probs), dtype=torch.long)
+    if shared:
+        out[shared] = torch.multinomial(probs[shared], 1, generator=gen).squeeze(-1)
+    for pos, g in enumerate(row_gens):
+        if g is not None:
+            out[pos] = torch.multinomial(probs[pos], 1, generator=g)[0]
+    return out
 
 
 class HFEngine:
@@ -63,19 +87,26 @@ class HFEngine:
             groups[(p.temperature, p.top_p, p.top_k)].append(i)
         out: list[Generation | None] = [None] * len(requests)
         gen = torch.Generator().manual_seed(seed)
+        own = [None if r.seed is None else torch.Generator().manual_seed(r.seed) for r in requests]
         for members in groups.values():
             members.sort(key=lambda i: len(prompts[i]))
             for start in range(0, len(members), self.max_batch):
                 chunk = members[start : start + self.max_batch]
-                results = self._decode([prompts[i] for i in chunk], [requests[i].params for i in chunk], gen)
+                params = [requests[i].params for i in chunk]
+                results = self._decode([prompts[i] for i in chunk], params, gen, [own[i] for i in chunk])
                 for i, g in zip(chunk, results, strict=True):
                     out[i] = g
         return [g for g in out if g is not None]
 
     @torch.no_grad()
     def _decode(
-        self, prompts: list[list[int]], params: list[SamplingParams], gen: torch.Generator
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        gen: torch.Generator,
+        own: list[torch.Generator | None],
     ) -> list[Generation]:
+        """Decode one batch; `own[row]` is that request's generator (None: draw from the shared `gen`)."""
         was_training = self.model.training
         self.model.eval()
         n = len(prompts)
@@ -85,7 +116,7 @@ class HFEngine:
         texts: list[str] = [""] * n
         rows = list(range(n))  # batch position -> request row; finished rows are compacted away
         for _ in range(max(p.max_tokens for p in params)):
-            nxt = sample_next(logits, params[0], gen)
+            nxt = sample_next(logits, params[0], gen, [own[row] for row in rows])  # generators follow rows
             for pos, row in enumerate(rows):
                 if finish[row] is not None:
                     nxt[pos] = self.pad_id

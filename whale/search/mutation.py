@@ -2,7 +2,8 @@
 
 Knobs are module-level UPPER_CASE constants bound to a plain literal (bool, int, float, str). Mutation
 flips booleans, nudges numbers, and swaps strings for values from the domain's pool; crossover takes each
-knob from one of two frontier parents. The output is always a complete harness file: only the literal's
+knob from one of two frontier parents. `text_only` (Fast-Slow's fast loop) restricts both to prompt
+strings. The output is always a complete harness file: only the literal's
 source span changes, everything else stays byte-for-byte.
 """
 
@@ -89,10 +90,13 @@ def signature(source: str) -> tuple:
 class MutationProposer:
     name = "mutation"
 
-    def __init__(self, pool: dict[str, list[Any]], seed: int = 0, crossover_rate: float = 0.3):
+    def __init__(
+        self, pool: dict[str, list[Any]], seed: int = 0, crossover_rate: float = 0.3, text_only: bool = False
+    ):
         self.pool = pool
         self.rng = random.Random(seed)
         self.crossover_rate = crossover_rate
+        self.text_only = text_only
 
     def propose(
         self, parents: list[HarnessCandidate], seen: set[tuple], n: int, next_id: Any
@@ -124,7 +128,10 @@ class MutationProposer:
         """Change one or two knobs; mechanism switches (bools, counts) are drawn more often than wording."""
         sites = find_knobs(base.source)
         mutable = [
-            s for s in sites.values() if not isinstance(s.value, str) or len(self.pool.get(s.name, [])) > 1
+            s
+            for s in sites.values()
+            if (isinstance(s.value, str) and len(self.pool.get(s.name, [])) > 1)
+            or (not isinstance(s.value, str) and not self.text_only)
         ]
         if not mutable:
             return "", ""
@@ -140,7 +147,11 @@ class MutationProposer:
 
     def _crossover(self, a: HarnessCandidate, b: HarnessCandidate) -> tuple[str, str]:
         ka, kb = find_knobs(a.source), find_knobs(b.source)
-        values = {n: (kb[n].value if self.rng.random() < 0.5 else s.value) for n, s in ka.items() if n in kb}
+        values = {
+            n: (kb[n].value if self.rng.random() < 0.5 else s.value)
+            for n, s in ka.items()
+            if n in kb and (isinstance(s.value, str) or not self.text_only)
+        }
         return set_knobs(a.source, values), f"crossover of {a.id} and {b.id}"
 
 

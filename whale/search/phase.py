@@ -2,7 +2,8 @@
 
 Each proposed candidate is validated statically, smoke-tested on a couple of tasks, then evaluated on the
 whole harness-search split. The best challenger replaces the incumbent only when its paired per-task
-improvement has a lower confidence bound above zero (no winner's curse from a bare argmax).
+improvement has a lower confidence bound above zero (no winner's curse from a bare argmax). Fast-Slow's
+population iteration uses the same candidate pipeline but keeps the top-P instead of one incumbent.
 """
 
 from __future__ import annotations
@@ -63,26 +64,26 @@ def evaluate_candidate(
     return ev, rollouts
 
 
-def search_iteration(
-    runner: RolloutRunner,
-    archive: Archive,
-    proposer: MutationProposer,
-    incumbent: HarnessCandidate,
-    incumbent_eval: CandidateEval,
-    tasks: list[Task],
-    n_candidates: int,
-    rollouts_per_task: int,
-    smoke_tasks: int,
-    alpha: float,
-    seed: int,
-    on_done: Callable[[Rollout], None] | None = None,
-) -> IterationResult:
-    weights = runner.engine.weights_version
-    frontier = [archive.load(cid) for cid in archive.update_frontier(weights) if cid != incumbent.id]
+def propose_new(
+    archive: Archive, proposer: MutationProposer, parents: list[HarnessCandidate], n: int
+) -> list[HarnessCandidate]:
+    """Up to n candidates unlike anything already in the archive, named after the archive's next ids."""
     seen = {signature(archive.load(cid).source) for cid in archive.ids() if _parses(archive.load(cid).source)}
     counter = iter(range(len(archive.ids()), 10**6))
-    candidates = proposer.propose([incumbent, *frontier], seen, n_candidates, lambda: f"c{next(counter):04d}")
-    result = IterationResult(incumbent, incumbent_eval, False, "no valid challenger")
+    return proposer.propose(parents, seen, n, lambda: f"c{next(counter):04d}")
+
+
+def try_candidates(
+    runner: RolloutRunner,
+    archive: Archive,
+    candidates: list[HarnessCandidate],
+    tasks: list[Task],
+    rollouts_per_task: int,
+    smoke_tasks: int,
+    result: IterationResult,
+    on_done: Callable[[Rollout], None] | None = None,
+) -> None:
+    """Validate, smoke-test, then score each candidate on the search split; failures get a reason."""
     for cand in candidates:
         archive.add(cand)
         problems = validate.problems(cand.source)
@@ -100,6 +101,27 @@ def search_iteration(
         ev, spent = evaluate_candidate(runner, archive, cand, tasks, rollouts_per_task, on_done)
         result.rollouts += spent
         result.evaluated.append(ev)
+
+
+def search_iteration(
+    runner: RolloutRunner,
+    archive: Archive,
+    proposer: MutationProposer,
+    incumbent: HarnessCandidate,
+    incumbent_eval: CandidateEval,
+    tasks: list[Task],
+    n_candidates: int,
+    rollouts_per_task: int,
+    smoke_tasks: int,
+    alpha: float,
+    seed: int,
+    on_done: Callable[[Rollout], None] | None = None,
+) -> IterationResult:
+    weights = runner.engine.weights_version
+    frontier = [archive.load(cid) for cid in archive.update_frontier(weights) if cid != incumbent.id]
+    candidates = propose_new(archive, proposer, [incumbent, *frontier], n_candidates)
+    result = IterationResult(incumbent, incumbent_eval, False, "no valid challenger")
+    try_candidates(runner, archive, candidates, tasks, rollouts_per_task, smoke_tasks, result, on_done)
     if result.evaluated:
         best = max(result.evaluated, key=lambda e: (e.mean, -e.tokens_per_rollout))
         ids = sorted(incumbent_eval.per_task)
@@ -116,6 +138,45 @@ def search_iteration(
             archive.set_status(archive.load(best.candidate_id), "rejected", decision.reason)
     archive.update_frontier(weights)
     return result
+
+
+@dataclass
+class PopulationResult:
+    population: list[CandidateEval]  # best first
+    rollouts: list[Rollout]
+    evaluated: list[CandidateEval]
+    failed: dict[str, str]
+
+
+def population_iteration(
+    runner: RolloutRunner,
+    archive: Archive,
+    proposer: MutationProposer,
+    population: list[CandidateEval],
+    tasks: list[Task],
+    n_candidates: int,
+    rollouts_per_task: int,
+    smoke_tasks: int,
+    size: int,
+    on_done: Callable[[Rollout], None] | None = None,
+) -> PopulationResult:
+    """Fast-Slow's fast loop: children of population members compete with them; the top `size` survive.
+
+    `population` must be scored under the current weights. Ties keep the cheaper, then the older member.
+    """
+    members = sorted(population, key=lambda e: (-e.mean, e.tokens_per_rollout, e.candidate_id))
+    parents = [archive.load(e.candidate_id) for e in members]
+    candidates = propose_new(archive, proposer, parents, n_candidates)
+    step = IterationResult(parents[0], members[0], False, "")
+    try_candidates(runner, archive, candidates, tasks, rollouts_per_task, smoke_tasks, step, on_done)
+    pool = sorted(members + step.evaluated, key=lambda e: (-e.mean, e.tokens_per_rollout, e.candidate_id))
+    survivors = pool[: max(1, size)]
+    for ev in pool:
+        if archive.meta(ev.candidate_id)["status"] != "seed":
+            status = "population" if ev in survivors else "dropped"
+            archive.set_status(archive.load(ev.candidate_id), status, f"search score {ev.mean:.3f}")
+    archive.update_frontier(runner.engine.weights_version)
+    return PopulationResult(survivors, step.rollouts, step.evaluated, step.failed)
 
 
 def _parses(source: str) -> bool:

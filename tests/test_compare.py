@@ -1,0 +1,154 @@
+"""`whale compare` end to end on the tiny model, plus its table arithmetic."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.test_cli import ENV, assert_user_error, check_complete_run, uncommitted_lines, whale
+from whale.compare import parse_methods, pooled, rollouts_to_fraction
+from whale.config import ConfigError
+from whale.store import read_json, read_jsonl
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SIX = "whale,whale-adaptive,weight-only,harness-only,stagewise,fast-slow"
+
+
+def test_parse_methods():
+    assert parse_methods(" whale, fast-slow ") == ["whale", "fast-slow"]
+    for bad, words in (("whale,gepa", "'gepa'"), ("", "(none)"), ("whale,whale", "twice")):
+        with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            parse_methods(bad)
+
+
+def test_rollouts_to_fraction_and_pooling():
+    points = [
+        {"rollouts": r, "test": {"mean": m}} for r, m in ((0, 0.1), (300, 0.5), (600, 0.97), (900, 1.0))
+    ]
+    assert rollouts_to_fraction(points) == 600
+    assert rollouts_to_fraction(points, 0.5) == 300
+    assert rollouts_to_fraction([{"rollouts": 0, "test": {"mean": 0.0}}]) is None
+    assert pooled([{"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 0.5}]) == {"a": 0.5, "b": 0.25}
+    with pytest.raises(ConfigError, match="different test tasks"):
+        pooled([{"a": 1.0}, {"b": 1.0}])
+
+
+def budget_from_events(out) -> tuple[int, int]:
+    events = read_jsonl(out / "events.jsonl")
+    train = sum(e["total"] for e in events if e["event"] == "weight_step")
+    search = sum(e["spent"] for e in events if e["event"] in ("search_iteration", "reeval"))
+    return train, search
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare") / "cmp"
+    proc = whale("compare", "--domain", "math", "--methods", SIX, "--preset", "tiny", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+@pytest.mark.slow
+def test_compare_runs_every_method_on_one_budget_and_writes_table_and_plot(compared):
+    out, stdout = compared
+    assert (out / "compare.png").read_bytes()[:8] == PNG_MAGIC
+    table = read_json(out / "compare.json")
+    assert [r["method"] for r in table["rows"]] == SIX.split(",")
+    markdown = (out / "compare.md").read_text()
+    for method in SIX.split(","):
+        assert f"| {method} |" in markdown and method in stdout
+    for row in table["rows"]:
+        folder = out / row["method"] / "seed0"
+        state = check_complete_run(folder)
+        b = state["budget"]
+        assert b["train_rollouts"] + b["search_rollouts"] >= 60  # every method spends the whole budget
+        assert budget_from_events(folder) == (b["train_rollouts"], b["search_rollouts"])
+        assert row["rollouts"] == b["train_rollouts"] + b["search_rollouts"]
+        points = read_jsonl(folder / "evals.jsonl")
+        assert [p["rollouts"] for p in points][0] == 0 and points[-1]["label"] == "end"
+        # one cadence for all: every point after the first is the first unit at or past a multiple of 30
+        assert all(p["rollouts"] >= 30 * i for i, p in enumerate(points[:-1]))
+        events = read_jsonl(folder / "events.jsonl")
+        kinds = [e["event"] for e in events]
+        switches = [e for e in events if e["event"] == "phase_switch"]
+        method = row["method"]
+        if method == "weight-only":
+            assert "search_iteration" not in kinds and not switches and state["incumbent"] == "c0000"
+        if method == "harness-only":
+            assert "weight_step" not in kinds and not switches and state["checkpoint"] is None
+        if method == "stagewise":
+            assert len(switches) == 1 and switches[0]["reason"] == "stage budget spent"
+            assert switches[0]["signals"]["share"] >= 0.5
+        if method in ("whale", "whale-adaptive"):
+            assert switches and all(s["signals"] for s in switches)
+        if method == "fast-slow":
+            assert "population" in next(e for e in events if e["event"] == "search_iteration")
+            steps = [e for e in events if e["event"] == "weight_step"]
+            assert any(set(s["harnesses"]) - {"c0000"} for s in steps)  # weights trained under the population
+        if row["method"] != "whale":
+            assert row["vs_reference"] is not None
+    # whale-adaptive logs the signal values behind each switch
+    adaptive = [
+        e for e in read_jsonl(out / "whale-adaptive/seed0/events.jsonl") if e["event"] == "phase_switch"
+    ]
+    assert all({"stale", "patience"} <= set(e["signals"]) for e in adaptive)
+
+
+@pytest.mark.slow
+def test_compare_reuses_finished_runs_and_refuses_a_changed_config(compared):
+    out, _ = compared
+    out = str(out)
+    stamps = {m: os.stat(f"{out}/{m}/seed0/state.json").st_mtime_ns for m in SIX.split(",")}
+    again = whale("compare", "--domain", "math", "--methods", SIX, "--preset", "tiny", "--out", out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("finished run reused") == 6
+    assert {m: os.stat(f"{out}/{m}/seed0/state.json").st_mtime_ns for m in SIX.split(",")} == stamps
+    changed = whale("compare", "--methods", "whale", "--preset", "tiny", "--set", "rft.k=3", "--out", out)
+    assert_user_error(changed, "holds a run with a different config")
+
+
+COUNTS = ("unit", "weight_steps", "search_iters", "eval_points", "incumbent", "finished")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["whale-adaptive", "fast-slow", "stagewise"])
+def test_killed_and_resumed_run_ends_with_the_same_counts_as_an_uninterrupted_one(compared, tmp_path, method):
+    reference = read_json(compared[0] / method / "seed0" / "state.json")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "whale.cli", "run", "--preset", "tiny", "--out", str(out),
+           "--set", f"schedule.method={method}"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, "run never reached unit 2"
+            try:
+                state = read_json(out / "state.json")
+            except (FileNotFoundError, ValueError):
+                state = {}
+            if state.get("unit", 0) >= 2 and uncommitted_lines(out, state):
+                break
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    resumed = whale("run", "--resume", str(out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    state = check_complete_run(out)
+    assert {k: state[k] for k in COUNTS} == {k: reference[k] for k in COUNTS}
+    for key in ("train_rollouts", "search_rollouts", "eval_rollouts"):
+        assert state["budget"][key] == reference["budget"][key], key
+    assert state["schedule"] == reference["schedule"]
+    assert len(state["candidates"]) == len(reference["candidates"])
+    assert budget_from_events(out) == (state["budget"]["train_rollouts"], state["budget"]["search_rollouts"])

@@ -1,0 +1,133 @@
+"""Each schedule's phase sequence on a scripted signal."""
+
+import json
+
+import pytest
+
+from whale.config import load_config
+from whale.schedule import (
+    HARNESS,
+    METHODS,
+    WEIGHTS,
+    AdaptiveAlternation,
+    FixedAlternation,
+    Patience,
+    ScheduleState,
+    SinglePhase,
+    Stagewise,
+    UnitReport,
+    build_schedule,
+    window_stats,
+)
+
+
+def drive(schedule, reports):
+    """Feed reports one by one; returns the phase kind of every unit and the switch decisions."""
+    state, kinds, switches = schedule.initial(), [], []
+    for make in reports:
+        report = make(state.kind)
+        kinds.append(state.kind)
+        decision = schedule.advance(state, report)
+        if decision.switched:
+            switches.append(decision)
+        state = ScheduleState(**json.loads(json.dumps(decision.state.to_json())))  # survives a resume
+    return kinds, switches
+
+
+def weights_signal(values):
+    """A report factory per unit: weight steps get the next scripted reward, harness units no gain."""
+    it = iter(values)
+    return [lambda kind, v=v: UnitReport(kind, v) for v in it]
+
+
+def test_fixed_alternation_sequence():
+    kinds, switches = drive(FixedAlternation(3, 2), [lambda k: UnitReport(k, 0.0)] * 10)
+    assert kinds == [WEIGHTS] * 3 + [HARNESS] * 2 + [WEIGHTS] * 3 + [HARNESS] * 2
+    assert [s.reason for s in switches] == ["fixed length"] * 4
+    kinds, _ = drive(FixedAlternation(1, 2, start=HARNESS), [lambda k: UnitReport(k, 0.0)] * 6)
+    assert kinds == [HARNESS, HARNESS, WEIGHTS, HARNESS, HARNESS, WEIGHTS]
+
+
+def test_single_phase_never_switches():
+    for kind in (WEIGHTS, HARNESS):
+        kinds, switches = drive(SinglePhase(kind), [lambda k: UnitReport(k, 1.0, True)] * 7)
+        assert kinds == [kind] * 7 and not switches
+
+
+def test_stagewise_switches_once_when_its_share_is_spent():
+    spent = iter(range(100, 2000, 100))
+    reports = [lambda k: UnitReport(k, 0.0, rollouts=next(spent), limit=1000)] * 10
+    kinds, switches = drive(Stagewise(WEIGHTS, 0.3), reports)
+    assert kinds == [WEIGHTS] * 3 + [HARNESS] * 7
+    assert len(switches) == 1 and switches[0].signals["rollouts"] == 300
+    spent = iter(range(100, 2000, 100))
+    reports = [lambda k: UnitReport(k, 0.0, rollouts=next(spent), limit=1000)] * 10
+    kinds, _ = drive(Stagewise(HARNESS, 0.5), reports)
+    assert kinds == [HARNESS] * 5 + [WEIGHTS] * 5
+
+
+def test_window_stats():
+    assert window_stats([0.5], 3) == (0.5, 0.0)
+    mean, se = window_stats([9.0, 1.0, 2.0, 3.0], 3)
+    assert mean == 2.0 and se == pytest.approx((1.0 / 3) ** 0.5)
+
+
+ADAPTIVE = AdaptiveAlternation(Patience(2, 2, 6), Patience(2, 1, 4), window=1)
+
+
+def test_adaptive_weight_phase_ends_exactly_when_patience_runs_out():
+    # rewards rise for three steps, then stall: the phase ends after two stalled steps (step 5)
+    rewards = [0.1, 0.2, 0.3, 0.3, 0.25, 0.9]
+    kinds, switches = drive(ADAPTIVE, weights_signal(rewards))
+    assert kinds[:6] == [WEIGHTS] * 5 + [HARNESS]
+    assert switches[0].reason == "patience ran out"
+    assert switches[0].signals["stale"] == 2 and switches[0].signals["best"] == 0.3
+
+
+def test_adaptive_improvement_must_exceed_noise():
+    """Window 3: the smoothed reward must beat the best by more than the window's standard error."""
+    rule = AdaptiveAlternation(Patience(5, 1, 20), Patience(5, 1, 20), window=3)
+
+    def feed(values):
+        state, decision = rule.initial(), None
+        for v in values:
+            decision = rule.advance(state, UnitReport(WEIGHTS, v))
+            state = decision.state
+        return decision
+
+    noisy = feed([0.0, 1.0])  # window mean 0.5 against best 0.0, but its standard error is 0.5 too
+    assert noisy.state.stale == 1 and noisy.state.best == 0.0 and noisy.signals["stderr"] == 0.5
+    jump = feed([0.1, 0.1, 0.1, 0.7])  # one high step moves the mean by exactly its own noise: not yet
+    assert jump.state.stale == 3 and jump.state.best == 0.1
+    held = feed([0.1, 0.1, 0.1, 0.7, 0.7])  # the second high step is a real improvement
+    assert held.state.stale == 0 and held.state.best == pytest.approx(0.5)
+
+
+def test_adaptive_respects_min_and_max():
+    # flat reward: the min length (2) holds the phase open even though patience would end it sooner
+    rule = AdaptiveAlternation(Patience(1, 3, 5), Patience(1, 1, 4), window=1)
+    kinds, switches = drive(rule, weights_signal([0.5] * 4))
+    assert kinds == [WEIGHTS] * 3 + [HARNESS]
+    # rising reward never runs out of patience: the max length ends the phase
+    kinds, switches = drive(rule, weights_signal([0.1 * i for i in range(7)]))
+    assert kinds[:6] == [WEIGHTS] * 5 + [HARNESS] and switches[0].reason == "max phase length"
+
+
+def test_adaptive_harness_phase_counts_iterations_without_acceptance():
+    accepted = iter([True, False, True, False, False, False])
+
+    def report(kind):
+        return UnitReport(kind, 0.5, improved=next(accepted)) if kind == HARNESS else UnitReport(kind, 0.0)
+
+    rule = AdaptiveAlternation(Patience(2, 1, 4), Patience(2, 1, 10), window=1, start=HARNESS)
+    kinds, switches = drive(rule, [report] * 6)
+    assert kinds == [HARNESS] * 5 + [WEIGHTS]
+    assert switches[0].reason == "patience ran out" and switches[0].signals["accepted"] is False
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_is_buildable_from_config(method):
+    cfg = load_config("tiny", overrides=[f"schedule.method={method}"])
+    schedule = build_schedule(cfg.schedule)
+    expected = HARNESS if method in ("harness-only", "stagewise-harness-first") else WEIGHTS
+    assert schedule.initial().kind == expected
