@@ -152,3 +152,16 @@ def test_killed_and_resumed_run_ends_with_the_same_counts_as_an_uninterrupted_on
     assert state["schedule"] == reference["schedule"]
     assert len(state["candidates"]) == len(reference["candidates"])
     assert budget_from_events(out) == (state["budget"]["train_rollouts"], state["budget"]["search_rollouts"])
+    # same seed and config: the same tasks, in the same order, sampled with the same per-call seeds
+    assert sampled(out / "rollouts/train.jsonl") == sampled(
+        compared[0] / method / "seed0/rollouts/train.jsonl"
+    )
+    assert sampled(out / "evals/001/test.jsonl") == sampled(
+        compared[0] / method / "seed0/evals/001/test.jsonl"
+    )
+
+
+def sampled(path) -> list[tuple]:
+    return [
+        (r["task_id"], r["sample"], tuple(c["params"]["seed"] for c in r["calls"])) for r in read_jsonl(path)
+    ]

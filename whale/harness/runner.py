@@ -278,7 +278,7 @@ class RolloutRunner:
         for w, req, g in zip(owners, requests, generations, strict=True):
             p = req.params
             recorded = {"temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
-                        "max_tokens": p.max_tokens, "stop": list(p.stop)}  # fmt: skip
+                        "max_tokens": p.max_tokens, "stop": list(p.stop), "seed": req.seed}  # fmt: skip
             train = bool(w.request.get("train", True))
             call = ModelCall(
                 req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason, train, recorded
