@@ -51,7 +51,6 @@ class RFTConfig(Section):
 
 
 class SearchConfig(Section):
-    proposer: Literal["mutation"] = "mutation"
     candidates_per_iter: int = Field(2, ge=1)
     rollouts_per_task: int = Field(1, ge=1)
     smoke_tasks: int = Field(2, ge=1)
@@ -73,6 +72,29 @@ class AdaptiveConfig(Section):
         if self.min_weight_steps > self.max_weight_steps or self.min_search_iters > self.max_search_iters:
             raise ValueError("min phase length above max")
         return self
+
+
+class ProposerConfig(Section):
+    """Who writes harness candidates: the offline knob mutator, any OpenAI-compatible LLM, or a coding
+    agent command. See docs/proposers.md."""
+
+    kind: Literal["mutation", "llm", "agent"] = "mutation"
+    base_url: str | None = None  # llm: e.g. http://127.0.0.1:8000/v1
+    model: str = "default"  # llm: the endpoint's model name
+    api_key_env: str | None = None  # llm: name of the environment variable holding the API key
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    max_reply_tokens: int = Field(4096, ge=64)
+    context_chars: int = Field(24000, ge=1000)  # llm: archive context budget (about 4 characters a token)
+    parents: int = Field(2, ge=1)  # llm: parents shown: the incumbent plus frontier samples
+    retries: int = Field(2, ge=0)  # llm: re-asks after an unusable reply
+    preset: Literal["claude", "codex"] | None = None  # agent: a ready-made command
+    command: list[str] | None = None  # agent: argv template; {workspace} {prompt} {n} are filled in
+    writable: list[str] = Field(default_factory=list)  # agent: extra writable paths (its own config dir)
+    readable: list[str] = Field(default_factory=list)  # agent: extra readable paths beyond the system's
+    timeout_s: float = Field(600.0, gt=0)  # per LLM call or agent session
+    max_sessions: int = Field(50, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_usd: float | None = Field(None, gt=0)
 
 
 class ScheduleConfig(Section):
@@ -124,6 +146,7 @@ class Config(Section):
     weights: WeightsConfig = Field(default_factory=WeightsConfig)
     rft: RFTConfig = Field(default_factory=RFTConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    proposer: ProposerConfig = Field(default_factory=ProposerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     domain: DomainConfig = Field(default_factory=DomainConfig)

@@ -57,7 +57,7 @@ def test_propose_gives_n_valid_distinct_knob_only_candidates():
     seed = HarnessCandidate("c0000", SEED)
     seen = {signature(SEED)}
     proposer = MutationProposer(POOL, seed=0)
-    out = proposer.propose([seed], set(seen), 8, ids())
+    out = proposer.mutants([seed], set(seen), 8, ids())
     assert [c.id for c in out] == [f"c{i:04d}" for i in range(1, 9)]
     sigs = [signature(c.source) for c in out]
     assert len(set(sigs)) == 8 and not set(sigs) & seen
@@ -85,9 +85,9 @@ def test_propose_gives_n_valid_distinct_knob_only_candidates():
 
 def test_propose_is_seeded():
     seed = HarnessCandidate("c0000", SEED)
-    a = MutationProposer(POOL, seed=4).propose([seed], {signature(SEED)}, 5, ids())
-    b = MutationProposer(POOL, seed=4).propose([seed], {signature(SEED)}, 5, ids())
-    c = MutationProposer(POOL, seed=5).propose([seed], {signature(SEED)}, 5, ids())
+    a = MutationProposer(POOL, seed=4).mutants([seed], {signature(SEED)}, 5, ids())
+    b = MutationProposer(POOL, seed=4).mutants([seed], {signature(SEED)}, 5, ids())
+    c = MutationProposer(POOL, seed=5).mutants([seed], {signature(SEED)}, 5, ids())
     assert [x.source for x in a] == [x.source for x in b]
     assert [x.source for x in a] != [x.source for x in c]
 
@@ -96,12 +96,12 @@ def test_propose_stops_when_the_space_is_exhausted():
     source = "FLAG = True\n\ndef run(task, llm, tools):\n    return str(FLAG)\n"
     parent = HarnessCandidate("c0000", source)
     proposer = MutationProposer({}, seed=0)
-    (only,) = proposer.propose([parent], {signature(source)}, 3, ids())
+    (only,) = proposer.mutants([parent], {signature(source)}, 3, ids())
     assert find_knobs(only.source)["FLAG"].value is False
     both = {signature(source), signature(only.source)}
-    assert proposer.propose([parent], both, 3, ids()) == []
+    assert proposer.mutants([parent], both, 3, ids()) == []
     no_knobs = HarnessCandidate("c0000", "def run(task, llm, tools):\n    return '1'\n")
-    assert proposer.propose([no_knobs], set(), 2, ids()) == []
+    assert proposer.mutants([no_knobs], set(), 2, ids()) == []
 
 
 def test_set_knobs_round_trip_and_awkward_literals():
@@ -146,7 +146,7 @@ def test_crossover_takes_each_knob_from_one_of_the_parents():
     a = HarnessCandidate("c0001", set_knobs(SEED, a_values))
     b = HarnessCandidate("c0002", set_knobs(SEED, b_values))
     proposer = MutationProposer(POOL, seed=1, crossover_rate=1.0)
-    out = proposer.propose([a, b], {signature(a.source), signature(b.source)}, 6, ids(3))
+    out = proposer.mutants([a, b], {signature(a.source), signature(b.source)}, 6, ids(3))
     assert len(out) == 6
     mixed = 0
     for c in out:
@@ -165,7 +165,7 @@ def test_crossover_takes_each_knob_from_one_of_the_parents():
 def test_text_only_proposals_change_prompt_strings_only():
     seed = HarnessCandidate("c0000", SEED)
     other = HarnessCandidate("c0009", set_knobs(SEED, {n: v[-1] for n, v in POOL.items() if len(v) > 1}))
-    out = MutationProposer(POOL, seed=1, text_only=True, crossover_rate=0.5).propose(
+    out = MutationProposer(POOL, seed=1, text_only=True, crossover_rate=0.5).mutants(
         [seed, other], {signature(SEED)}, 12, ids()
     )
     assert len(out) == 12
@@ -174,6 +174,6 @@ def test_text_only_proposals_change_prompt_strings_only():
         knobs = find_knobs(c.source)
         changed = {n for n in knobs if knobs[n].value != base[n].value}
         assert changed and all(isinstance(base[n].value, str) for n in changed), c.hypothesis
-    mixed = MutationProposer(POOL, seed=1).propose([seed], {signature(SEED)}, 12, ids())
+    mixed = MutationProposer(POOL, seed=1).mutants([seed], {signature(SEED)}, 12, ids())
     assert any(not isinstance(base[n].value, str) for c in mixed for n, s in find_knobs(c.source).items()
                if s.value != base[n].value)  # fmt: skip

@@ -10,6 +10,7 @@ from whale.metrics import decide_acceptance
 from whale.model.engine import SamplingParams
 from whale.search.archive import Archive
 from whale.search.phase import evaluate_candidate, population_iteration, search_iteration, summarize
+from whale.search.proposer import Proposal, ProposalRequest
 from whale.store import read_json, read_jsonl
 
 WRONG = 'def run(task, llm, tools):\n    llm.chat([{"role": "user", "content": "guess"}])\n    return "0"\n'
@@ -26,10 +27,11 @@ class ListProposer:
         self.sources = sources
         self.calls = []
 
-    def propose(self, parents, seen, n, next_id):
-        self.calls.append(([p.id for p in parents], set(seen), n))
-        return [HarnessCandidate(next_id(), s, parents[0].id, f"variant {i}", self.name)
-                for i, s in enumerate(self.sources[:n])]  # fmt: skip
+    def propose(self, request: ProposalRequest) -> Proposal:
+        parents, n = request.parents, request.n
+        self.calls.append(([p.id for p in parents], set(request.seen), n))
+        return Proposal([HarnessCandidate(request.next_id(), s, parents[0].id, f"variant {i}", self.name)
+                         for i, s in enumerate(self.sources[:n])])  # fmt: skip
 
 
 @pytest.fixture
@@ -180,3 +182,21 @@ def test_population_iteration_keeps_the_top_members_and_records_who_was_dropped(
     )  # fmt: skip
     assert [e.candidate_id for e in again.population] == ["c0001", "c0003"]
     assert archive.meta("c0004")["status"] == "dropped"
+
+
+def test_duplicate_code_is_recorded_and_not_run_again(tmp_path, runner, add_domain):
+    archive = Archive(tmp_path / "search")
+    seed = HarnessCandidate("c0000", WRONG, None, "seed", "seed")
+    archive.add(seed, status="seed")
+    seed_eval, _ = evaluate_candidate(runner, archive, seed, add_domain.tasks, 1)
+    reworded = '"""Same code, new docstring."""\n\n\n' + WRONG.replace("return", "# a comment\n    return")
+    good = add_domain.seed_harness()
+    result = search_iteration(
+        runner, archive, ListProposer([reworded, good, good + "\n# trailing comment\n"]), seed, seed_eval,
+        add_domain.tasks, n_candidates=3, rollouts_per_task=1, smoke_tasks=1, alpha=0.05, seed=0,
+    )  # fmt: skip
+    assert archive.meta("c0001") | {"status": "duplicate"} == archive.meta("c0001")
+    assert archive.meta("c0001")["reason"] == "same code as c0000"
+    assert archive.meta("c0003")["reason"] == "same code as c0002"
+    assert [e.candidate_id for e in result.evaluated] == ["c0002"]
+    assert len(result.rollouts) == 1 + len(add_domain.tasks)  # one smoke test, one evaluation

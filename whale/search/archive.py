@@ -13,6 +13,8 @@ with ordinary file tools:
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,21 @@ class CandidateEval:
     tokens_per_rollout: float
     calls_per_rollout: float
     errors: int
+
+
+def code_fingerprint(source: str) -> str:
+    """Hash of the code's AST without docstrings: reformatting or re-commenting does not make it new.
+    Unparsable code hashes its text."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return hashlib.sha256(source.encode()).hexdigest()[:16]
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
 
 
 class Archive:
@@ -68,6 +85,13 @@ class Archive:
         meta = self.meta(candidate_id)
         source = (self.candidates_dir / candidate_id / "harness.py").read_text()
         return HarnessCandidate(candidate_id, source, meta["parent"], meta["hypothesis"], meta["proposer"])
+
+    def fingerprints(self) -> dict[str, str]:
+        """Code fingerprint -> the first candidate holding that code."""
+        out: dict[str, str] = {}
+        for cid in self.ids():
+            out.setdefault(code_fingerprint((self.candidates_dir / cid / "harness.py").read_text()), cid)
+        return out
 
     def record_eval(self, ev: CandidateEval, rollouts: list[Rollout]) -> None:
         folder = self.candidates_dir / ev.candidate_id

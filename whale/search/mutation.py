@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from whale.harness.records import HarnessCandidate
+from whale.search.proposer import Proposal, ProposalRequest
 
 Knob = bool | int | float | str
 MECHANISM_WEIGHT = 3.0  # Meta-Harness's lesson: change a mechanism before rewording a prompt
@@ -98,7 +99,12 @@ class MutationProposer:
         self.crossover_rate = crossover_rate
         self.text_only = text_only
 
-    def propose(
+    def propose(self, request: ProposalRequest) -> Proposal:
+        out = self.mutants(request.parents, request.seen, request.n, request.next_id)
+        short = "" if len(out) == request.n else " (knob space nearly exhausted)"
+        return Proposal(out, f"{len(out)} knob mutants{short}")
+
+    def mutants(
         self, parents: list[HarnessCandidate], seen: set[tuple], n: int, next_id: Any
     ) -> list[HarnessCandidate]:
         """Up to n new candidates whose knob settings differ from every `seen` signature and each other.

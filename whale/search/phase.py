@@ -17,8 +17,9 @@ from whale.harness import validate
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutJob, RolloutRunner
 from whale.metrics import decide_acceptance
-from whale.search.archive import Archive, CandidateEval
-from whale.search.mutation import MutationProposer, signature
+from whale.search.archive import Archive, CandidateEval, code_fingerprint
+from whale.search.mutation import signature
+from whale.search.proposer import Proposal, ProposalRequest, Proposer
 
 
 @dataclass
@@ -30,6 +31,7 @@ class IterationResult:
     rollouts: list[Rollout] = field(default_factory=list)
     evaluated: list[CandidateEval] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    proposal: Proposal = field(default_factory=lambda: Proposal([]))
 
 
 def summarize(candidate_id: str, weights_version: str, rollouts: list[Rollout]) -> CandidateEval:
@@ -65,12 +67,23 @@ def evaluate_candidate(
 
 
 def propose_new(
-    archive: Archive, proposer: MutationProposer, parents: list[HarnessCandidate], n: int
-) -> list[HarnessCandidate]:
-    """Up to n candidates unlike anything already in the archive, named after the archive's next ids."""
+    archive: Archive,
+    proposer: Proposer,
+    parents: list[HarnessCandidate],
+    n: int,
+    weights_version: str,
+    brief: str = "",
+    iteration: int = 0,
+) -> Proposal:
+    """Ask the proposer for up to n candidates, named after the archive's next ids."""
     seen = {signature(archive.load(cid).source) for cid in archive.ids() if _parses(archive.load(cid).source)}
     counter = iter(range(len(archive.ids()), 10**6))
-    return proposer.propose(parents, seen, n, lambda: f"c{next(counter):04d}")
+    request = ProposalRequest(
+        archive, parents, n, lambda: f"c{next(counter):04d}", weights_version, brief, iteration, seen
+    )
+    proposal = proposer.propose(request)
+    proposal.candidates = proposal.candidates[:n]
+    return proposal
 
 
 def try_candidates(
@@ -83,9 +96,20 @@ def try_candidates(
     result: IterationResult,
     on_done: Callable[[Rollout], None] | None = None,
 ) -> None:
-    """Validate, smoke-test, then score each candidate on the search split; failures get a reason."""
+    """Validate, smoke-test, then score each candidate on the search split; failures get a reason.
+
+    A candidate whose code is already in the archive (same AST, comments and docstrings ignored) is
+    recorded as a duplicate and not run again.
+    """
+    known = archive.fingerprints()
     for cand in candidates:
         archive.add(cand)
+        twin = known.get(code_fingerprint(cand.source))
+        if twin is not None:
+            archive.set_status(cand, "duplicate", f"same code as {twin}")
+            result.failed[cand.id] = f"duplicate of {twin}"
+            continue
+        known[code_fingerprint(cand.source)] = cand.id
         problems = validate.problems(cand.source)
         if problems:
             archive.set_status(cand, "invalid", "; ".join(problems[:3]))
@@ -106,7 +130,7 @@ def try_candidates(
 def search_iteration(
     runner: RolloutRunner,
     archive: Archive,
-    proposer: MutationProposer,
+    proposer: Proposer,
     incumbent: HarnessCandidate,
     incumbent_eval: CandidateEval,
     tasks: list[Task],
@@ -116,12 +140,17 @@ def search_iteration(
     alpha: float,
     seed: int,
     on_done: Callable[[Rollout], None] | None = None,
+    brief: str = "",
 ) -> IterationResult:
     weights = runner.engine.weights_version
     frontier = [archive.load(cid) for cid in archive.update_frontier(weights) if cid != incumbent.id]
-    candidates = propose_new(archive, proposer, [incumbent, *frontier], n_candidates)
-    result = IterationResult(incumbent, incumbent_eval, False, "no valid challenger")
-    try_candidates(runner, archive, candidates, tasks, rollouts_per_task, smoke_tasks, result, on_done)
+    proposal = propose_new(archive, proposer, [incumbent, *frontier], n_candidates, weights, brief, seed)
+    result = IterationResult(incumbent, incumbent_eval, False, "no valid challenger", proposal=proposal)
+    if not proposal.candidates:
+        result.reason = f"no candidates: {proposal.note or 'the proposer returned none'}"
+    try_candidates(
+        runner, archive, proposal.candidates, tasks, rollouts_per_task, smoke_tasks, result, on_done
+    )
     if result.evaluated:
         best = max(result.evaluated, key=lambda e: (e.mean, -e.tokens_per_rollout))
         ids = sorted(incumbent_eval.per_task)
@@ -146,12 +175,13 @@ class PopulationResult:
     rollouts: list[Rollout]
     evaluated: list[CandidateEval]
     failed: dict[str, str]
+    proposal: Proposal
 
 
 def population_iteration(
     runner: RolloutRunner,
     archive: Archive,
-    proposer: MutationProposer,
+    proposer: Proposer,
     population: list[CandidateEval],
     tasks: list[Task],
     n_candidates: int,
@@ -159,6 +189,8 @@ def population_iteration(
     smoke_tasks: int,
     size: int,
     on_done: Callable[[Rollout], None] | None = None,
+    brief: str = "",
+    iteration: int = 0,
 ) -> PopulationResult:
     """Fast-Slow's fast loop: children of population members compete with them; the top `size` survive.
 
@@ -166,9 +198,12 @@ def population_iteration(
     """
     members = sorted(population, key=lambda e: (-e.mean, e.tokens_per_rollout, e.candidate_id))
     parents = [archive.load(e.candidate_id) for e in members]
-    candidates = propose_new(archive, proposer, parents, n_candidates)
-    step = IterationResult(parents[0], members[0], False, "")
-    try_candidates(runner, archive, candidates, tasks, rollouts_per_task, smoke_tasks, step, on_done)
+    weights = runner.engine.weights_version
+    proposal = propose_new(archive, proposer, parents, n_candidates, weights, brief, iteration)
+    step = IterationResult(parents[0], members[0], False, "", proposal=proposal)
+    try_candidates(
+        runner, archive, proposal.candidates, tasks, rollouts_per_task, smoke_tasks, step, on_done
+    )
     pool = sorted(members + step.evaluated, key=lambda e: (-e.mean, e.tokens_per_rollout, e.candidate_id))
     survivors = pool[: max(1, size)]
     for ev in pool:
@@ -176,7 +211,7 @@ def population_iteration(
             status = "population" if ev in survivors else "dropped"
             archive.set_status(archive.load(ev.candidate_id), status, f"search score {ev.mean:.3f}")
     archive.update_frontier(runner.engine.weights_version)
-    return PopulationResult(survivors, step.rollouts, step.evaluated, step.failed)
+    return PopulationResult(survivors, step.rollouts, step.evaluated, step.failed, proposal)
 
 
 def _parses(source: str) -> bool:
