@@ -105,6 +105,17 @@ def test_complete_tiny_run_writes_the_run_directory(tmp_path):
         assert meta["proposer"] == "mutation" and meta["status"] != "proposed"
     frontier = read_json(out / "search/frontier.json")
     assert frontier["candidates"] and frontier["weights_version"].startswith("w")
+    assert all({"mean", "tokens_per_rollout", "calls_per_rollout"} <= set(c) for c in frontier["candidates"])
+
+    listing = whale("archive", "show", str(out))
+    assert listing.returncode == 0 and all(f"│ {cid} " in listing.stdout for cid in candidates)
+    detail = whale("archive", "show", str(out), candidates[1], "--failing", "1")
+    assert detail.returncode == 0 and "hypothesis: mutate" in detail.stdout
+    assert "def run(task" in detail.stdout
+    diff = whale("archive", "diff", str(out), "c0000", candidates[1])
+    assert diff.returncode == 0 and "--- c0000/harness.py" in diff.stdout
+    assert_user_error(whale("archive", "show", str(out), "c9999"), "c9999: not in")
+    assert_user_error(whale("archive", "show", str(out / "nope")), "no harness archive")
     train = read_jsonl(out / "rollouts/train.jsonl")
     assert all(r["calls"] and r["calls"][0]["prompt_ids"] and "gold" not in r for r in train)
 

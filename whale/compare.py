@@ -251,7 +251,7 @@ def compare(base: Config, methods: list[str], seeds: int, out: Path, console: Co
     for method, i, cfg in configs:
         ensure_run(cfg, run_folder(out, method, i), console)
     rows = build_rows(out, methods, seeds)
-    console.print(write_outputs(out, rows, base.eval.k, seeds), width=max(console.width, 160))
+    console.print(write_outputs(out, rows, base.eval.k, seeds))
     plot = plot_curves(out, methods, seeds, base.eval.k)
     console.print(f"written to {out}/ (compare.md, compare.json, {plot.name}, one run folder per method)")
     return rows

@@ -43,10 +43,11 @@ from whale.model.loading import load_model
 from whale.model.trainer import Trainer, TrainerConfig
 from whale.progress import track
 from whale.rft import rft_step
-from whale.schedule import WEIGHTS, ScheduleState, UnitReport, build_schedule
+from whale.schedule import HARNESS, WEIGHTS, ScheduleState, SinglePhase, UnitReport, build_schedule
 from whale.search.archive import Archive, CandidateEval
 from whale.search.mutation import MutationProposer
 from whale.search.phase import evaluate_candidate, population_iteration, search_iteration
+from whale.search.proposer import Proposal, Proposer, ProposerUsage, budget_spent, full_brief
 from whale.store import (
     append_jsonl,
     atomic_write_json,
@@ -71,6 +72,8 @@ class RunState:
     incumbent: str = "c0000"
     incumbent_eval: dict[str, Any] | None = None
     population: list[dict[str, Any]] | None = None  # fast-slow: CandidateEval of each member
+    proposer_usage: dict[str, Any] | None = None  # LLM/agent sessions, tokens, USD, seconds so far
+    proposer_spent: str = ""  # why the proposer may not run again, once its budget is spent
     next_eval_at: int = 0  # budget rollouts at which the next evaluation is due
     checkpoint: str | None = None
     kept_checkpoints: list[str] | None = None
@@ -102,6 +105,9 @@ class Experiment:
         self._prepare_dir(resume)  # only now: a config, domain or model error leaves nothing on disk
         self.archive = Archive(out / "search")
         self.state = self._load_state() if resume else self._fresh_state(seed)
+        self.usage = ProposerUsage(**(self.state.proposer_usage or {}))
+        if self.state.proposer_spent:
+            self.schedule = SinglePhase(WEIGHTS)
         self.session_start = time.monotonic()
         self.wall_before = self.state.budget["wall_s"]
 
@@ -205,6 +211,10 @@ class Experiment:
             self._commit(weights_changed=False, boundary=True)
         while not st.finished and not self.budget.exhausted:
             sched = ScheduleState(**st.schedule)
+            if sched.kind == HARNESS and (st.proposer_spent or self._proposer_spent()):
+                if not self._stop_searching(sched):
+                    break
+                continue
             if sched.kind == WEIGHTS:
                 value, improved = self._weight_step(), False
             else:
@@ -237,11 +247,37 @@ class Experiment:
                 st.next_eval_at = (b.rollouts // every + 1) * every
             self._commit(sched.kind == WEIGHTS, boundary=decision.switched or due)
         if not st.finished:
-            st.finished = True
-            self._event({"event": "end"})
-            self._commit(weights_changed=False, boundary=False)
+            self._finish("budget spent")
         self.runner.close()
         return self.summary()
+
+    def _finish(self, reason: str) -> None:
+        self.state.finished = True
+        self._event({"event": "end", "reason": reason})
+        self._commit(weights_changed=False, boundary=False)
+
+    def _proposer_spent(self) -> str:
+        """Why the proposer may not run again ("" when it may); remembered in the state once true."""
+        p = self.cfg.proposer
+        if p.kind != "mutation":
+            self.state.proposer_spent = budget_spent(self.usage, p.max_sessions, p.max_tokens, p.max_usd)
+        return self.state.proposer_spent
+
+    def _stop_searching(self, sched: ScheduleState) -> bool:
+        """The proposer's budget is spent: weight steps take the rest of the budget, or, for harness-only,
+        the run ends early and says why. Returns whether the run goes on."""
+        reason = self.state.proposer_spent
+        self.console.print(f"  {reason}: no more harness search")
+        if self.cfg.schedule.method == "harness-only":
+            self._evaluate("end")
+            self._finish(f"stopped early, {reason}")
+            return False
+        self.schedule = SinglePhase(WEIGHTS)
+        self.state.schedule = ScheduleState(WEIGHTS, sched.phase + 1).to_json()
+        self._event({"event": "phase_switch", "from": HARNESS, "to": WEIGHTS, "phase": sched.phase,
+                     "length": sched.done_in_phase, "reason": reason, "signals": {}})  # fmt: skip
+        self._commit(weights_changed=False, boundary=True)
+        return True
 
     def _weight_step(self) -> float:
         """One RFT step under the incumbent (fast-slow: a population member drawn per task)."""
@@ -281,13 +317,35 @@ class Experiment:
         )
         return result.train_reward
 
-    def _proposer(self) -> MutationProposer:
-        """Seeded per iteration, so a resumed run proposes what an uninterrupted one would have."""
+    def _proposer(self) -> Proposer:
+        """The configured proposer. The mutation proposer is re-seeded per iteration, so a resumed run
+        proposes what an uninterrupted one would have; LLM and agent proposers charge `self.usage`."""
+        p = self.cfg.proposer
+        if p.kind == "llm":
+            from whale.search.llm_proposer import LLMProposer
+
+            return LLMProposer(p, self.usage, seed=self.cfg.seed)
+        if p.kind == "agent":
+            from whale.search.agent_proposer import AgentProposer
+
+            return AgentProposer(p, self.usage)
         return MutationProposer(
             self.domain.knob_pool(),
             seed=self.cfg.seed * 7919 + self.state.search_iters,
             text_only=self.cfg.schedule.method == "fast-slow",
         )
+
+    @property
+    def brief(self) -> str:
+        text = full_brief(self.domain.brief)
+        if self.cfg.schedule.method == "fast-slow":
+            text += "\nThis run evolves prompts only: change the text sent to the model, not the logic.\n"
+        return text
+
+    def _record_proposal(self, proposal: Proposal) -> None:
+        self.state.proposer_usage = asdict(self.usage)
+        if proposal.exhausted:
+            self.state.proposer_spent = proposal.note or "proposer budget spent"
 
     def _current_eval(self, candidate_id: str, known: dict[str, Any] | None) -> CandidateEval:
         """The candidate's search-split score under the current weights; re-scored (and charged) if stale."""
@@ -316,9 +374,11 @@ class Experiment:
             result = search_iteration(
                 self.runner, self.archive, self._proposer(), incumbent, ev, tasks, sc.candidates_per_iter,
                 sc.rollouts_per_task, sc.smoke_tasks, sc.alpha, self.cfg.seed + st.search_iters, tick,
+                self.brief,
             )  # fmt: skip
         st.search_iters += 1
         self._charge(result.rollouts, "search")
+        self._record_proposal(result.proposal)
         st.incumbent = result.incumbent.id
         st.incumbent_eval = asdict(result.incumbent_eval)
         self._event(
@@ -332,6 +392,8 @@ class Experiment:
                 "candidates": {e.candidate_id: e.mean for e in result.evaluated},
                 "failed": result.failed,
                 "spent": len(result.rollouts),
+                "proposal": result.proposal.note,
+                "proposer_cost": result.proposal.cost,
             }  # fmt: skip
         )
         verdict = "accepted" if result.accepted else "kept incumbent"
@@ -350,9 +412,11 @@ class Experiment:
             result = population_iteration(
                 self.runner, self.archive, self._proposer(), population, tasks, sc.candidates_per_iter,
                 sc.rollouts_per_task, sc.smoke_tasks, self.cfg.schedule.population, tick,
+                self.brief, st.search_iters,
             )  # fmt: skip
         st.search_iters += 1
         self._charge(result.rollouts, "search")
+        self._record_proposal(result.proposal)
         best = result.population[0]
         changed = best.candidate_id != st.incumbent
         st.population = [asdict(e) for e in result.population]
@@ -368,6 +432,8 @@ class Experiment:
                 "candidates": {e.candidate_id: e.mean for e in result.evaluated},
                 "failed": result.failed,
                 "spent": len(result.rollouts),
+                "proposal": result.proposal.note,
+                "proposer_cost": result.proposal.cost,
             }  # fmt: skip
         )
         members = ", ".join(f"{e.candidate_id} {e.mean:.3f}" for e in result.population)

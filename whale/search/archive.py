@@ -7,7 +7,8 @@ with ordinary file tools:
     search/candidates/<id>/meta.json                  parent, hypothesis, proposer, status, reason
     search/candidates/<id>/evals/<weights>.json       per-task scores, mean, cost
     search/candidates/<id>/traces/<weights>.jsonl     full rollouts
-    search/frontier.json                              Pareto set: score up, tokens down
+    search/frontier.json                              Pareto set: score up, tokens and model calls down
+    search/sessions/<iteration>-<kind>-<n>/           LLM and agent proposer sessions: requests, logs
     search/evolution_summary.jsonl                    one line per candidate evaluation
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness.records import HarnessCandidate, Rollout
-from whale.store import append_jsonl, atomic_write_json, atomic_write_text, read_json
+from whale.store import append_jsonl, atomic_write_json, atomic_write_text, read_json, read_jsonl
 
 
 @dataclass
@@ -112,29 +113,31 @@ class Archive:
         return found
 
     def update_frontier(self, weights_version: str) -> list[str]:
-        """Pareto set over candidates evaluated under these weights: higher mean, fewer tokens."""
+        """Pareto set over candidates evaluated under these weights: higher mean, fewer tokens and calls."""
         evals = self.evals(weights_version)
-        front = [
-            e
-            for e in evals
-            if not any(
-                (o.mean >= e.mean and o.tokens_per_rollout <= e.tokens_per_rollout)
-                and (o.mean > e.mean or o.tokens_per_rollout < e.tokens_per_rollout)
-                for o in evals
-            )
-        ]
+        front = [e for e in evals if not any(_dominates(o, e) for o in evals)]
         front.sort(key=lambda e: -e.mean)
         atomic_write_json(
             self.root / "frontier.json",
             {
                 "weights_version": weights_version,
                 "candidates": [
-                    {"id": e.candidate_id, "mean": e.mean, "tokens_per_rollout": e.tokens_per_rollout}
+                    {"id": e.candidate_id, "mean": e.mean, "tokens_per_rollout": e.tokens_per_rollout,
+                     "calls_per_rollout": e.calls_per_rollout}
                     for e in front
-                ],
+                ],  # fmt: skip
             },
         )
         return [e.candidate_id for e in front]
+
+    def eval_history(self, candidate_id: str) -> list[CandidateEval]:
+        """Every evaluation of the candidate, oldest weights first."""
+        folder = self.candidates_dir / candidate_id / "evals"
+        paths = sorted(folder.glob("*.json"), key=_weights_order) if folder.exists() else []
+        return [CandidateEval(**read_json(p)) for p in paths]
+
+    def traces(self, candidate_id: str, weights_version: str) -> list[dict[str, Any]]:
+        return read_jsonl(self.candidates_dir / candidate_id / "traces" / f"{weights_version}.jsonl")
 
     def forget_after(self, keep: list[str]) -> None:
         """On resume: drop candidates written after the last checkpoint."""
@@ -144,3 +147,24 @@ class Archive:
         for stray in self.candidates_dir.iterdir():
             if not (stray / "meta.json").exists():
                 shutil.rmtree(stray, ignore_errors=True)
+
+
+def _dominates(o: CandidateEval, e: CandidateEval) -> bool:
+    """o is at least as good as e on score, tokens and calls, and strictly better on one."""
+    no_worse = (
+        o.mean >= e.mean
+        and o.tokens_per_rollout <= e.tokens_per_rollout
+        and o.calls_per_rollout <= e.calls_per_rollout
+    )
+    better = (
+        o.mean > e.mean
+        or o.tokens_per_rollout < e.tokens_per_rollout
+        or o.calls_per_rollout < e.calls_per_rollout
+    )
+    return no_worse and better
+
+
+def _weights_order(path: Path) -> tuple[int, str]:
+    """w2 before w10; other names after, alphabetically."""
+    digits = path.stem[1:]
+    return (int(digits), "") if path.stem.startswith("w") and digits.isdigit() else (10**9, path.stem)
