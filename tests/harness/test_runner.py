@@ -74,6 +74,8 @@ def test_good_harness_is_rewarded_by_the_parent_side_verifier(make_runner, add_d
         assert call.text == "echo: " + call.messages[0]["content"]
         assert call.prompt_ids == [1, 7, 7] and call.completion_ids == [1, 2, 3, 4]
         assert call.train is True
+        seed = call.params.pop("seed")
+        assert isinstance(seed, int) and 0 <= seed < 2**63  # the per-call sampling seed
         assert call.params == {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_tokens": 4, "stop": []}
         (tool,) = r.tool_calls
         assert (tool.name, tool.args, tool.result, tool.error) == ("add", [t.inputs["a"], t.inputs["b"]],
