@@ -91,6 +91,7 @@ class ProposerConfig(Section):
     command: list[str] | None = None  # agent: argv template; {workspace} {prompt} {n} are filled in
     writable: list[str] = Field(default_factory=list)  # agent: extra writable paths (its own config dir)
     readable: list[str] = Field(default_factory=list)  # agent: extra readable paths beyond the system's
+    env: list[str] = Field(default_factory=list)  # agent: environment variables passed on besides API keys
     timeout_s: float = Field(600.0, gt=0)  # per LLM call or agent session
     max_sessions: int = Field(50, ge=1)
     max_tokens: int | None = Field(None, ge=1)
