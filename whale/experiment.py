@@ -345,7 +345,10 @@ class Experiment:
     def _record_proposal(self, proposal: Proposal) -> None:
         self.state.proposer_usage = asdict(self.usage)
         if proposal.exhausted:
-            self.state.proposer_spent = proposal.note or "proposer budget spent"
+            p = self.cfg.proposer
+            self.state.proposer_spent = (
+                budget_spent(self.usage, p.max_sessions, p.max_tokens, p.max_usd) or "proposer budget spent"
+            )
 
     def _current_eval(self, candidate_id: str, known: dict[str, Any] | None) -> CandidateEval:
         """The candidate's search-split score under the current weights; re-scored (and charged) if stale."""

@@ -128,9 +128,10 @@ class _Budget:
 
 def parse_reply(text: str, finish_reason: str | None = None) -> ParsedReply:
     """The harness source, hypothesis and named base of a reply, or why it cannot be used."""
-    hyp = _HYPOTHESIS.search(text)
+    outside = _FENCE.sub("", text)  # the lines around the code, so a comment in the code is not taken
+    hyp = _HYPOTHESIS.search(outside) or _HYPOTHESIS.search(text)
     hypothesis = clip(hyp.group(1).strip(), 500) if hyp else ""
-    base = _BASE.search(text)
+    base = _BASE.search(outside) or _BASE.search(text)
     base_id = base.group(1) if base else None
     blocks = [(m.group(1).lower(), m.start(2), m.group(2)) for m in _FENCE.finditer(text)]
     code = [(start, body) for lang, start, body in blocks if lang in ("python", "py", "python3")]
@@ -191,13 +192,19 @@ def score_summary(archive: Archive, cid: str, weights_version: str) -> str:
     return "\n".join(lines)
 
 
-def render_trace(trace: dict[str, Any]) -> str:
-    """One rollout as readable text: each model call's messages and reply, tool calls, the outcome."""
+def render_trace(trace: dict[str, Any], message_chars: int = MESSAGE_CHARS) -> str:
+    """One rollout as readable text: the outcome, tool calls, each model call's messages and reply."""
     head = f"task {trace.get('task_id')} (sample {trace.get('sample', 0)}): reward {trace.get('reward', 0.0)}"
     lines = [head]
     if trace.get("error"):
-        lines.append(f"ERROR: {clip(str(trace['error']), MESSAGE_CHARS)}")
-    lines.append(f"answer: {clip(repr(trace.get('answer')), MESSAGE_CHARS)}")
+        lines.append(f"ERROR: {clip(str(trace['error']), message_chars)}")
+    lines.append(f"answer: {clip(repr(trace.get('answer')), message_chars)}")
+    for t in trace.get("tool_calls", []):
+        args = ", ".join(
+            [repr(a) for a in t.get("args", [])] + [f"{k}={v!r}" for k, v in t.get("kwargs", {}).items()]
+        )
+        outcome = f"error: {t['error']}" if t.get("error") else repr(t.get("result"))
+        lines.append(f"tool {t.get('name')}({clip(args, message_chars)}) -> {clip(outcome, message_chars)}")
     for i, call in enumerate(trace.get("calls", []), 1):
         params = call.get("params") or {}
         knobs = ", ".join(f"{k}={v}" for k, v in params.items() if v is not None)
@@ -206,17 +213,29 @@ def render_trace(trace: dict[str, Any]) -> str:
             f"{len(call.get('completion_ids') or [])} tokens{', ' + knobs if knobs else ''}):"
         )
         for m in call.get("messages", []):
-            lines.append(f"  [{m.get('role')}] {clip(str(m.get('content')), MESSAGE_CHARS)}")
-        lines.append(f"  -> reply: {clip(str(call.get('text')), MESSAGE_CHARS)}")
-    for t in trace.get("tool_calls", []):
-        args = ", ".join(
-            [repr(a) for a in t.get("args", [])] + [f"{k}={v!r}" for k, v in t.get("kwargs", {}).items()]
-        )
-        outcome = f"error: {t['error']}" if t.get("error") else repr(t.get("result"))
-        lines.append(f"tool {t.get('name')}({clip(args, MESSAGE_CHARS)}) -> {clip(outcome, MESSAGE_CHARS)}")
+            lines.append(f"  [{m.get('role')}] {clip(str(m.get('content')), message_chars)}")
+        lines.append(f"  -> reply: {clip(str(call.get('text')), message_chars)}")
     for log in trace.get("logs", [])[-5:]:
-        lines.append(f"log: {clip(str(log), MESSAGE_CHARS)}")
+        lines.append(f"log: {clip(str(log), message_chars)}")
     return "\n".join(lines)
+
+
+def clip_lines(text: str, limit: int) -> str:
+    """The first lines of text that fit in `limit` characters, with a note of how many were cut."""
+    if len(text) <= limit:
+        return text
+    lines = text.split("\n")
+    kept: list[str] = []
+    size = 0
+    for i, line in enumerate(lines):
+        marker = f"[... {_plural(len(lines) - i, 'more line')} cut]"
+        if size + len(line) + 1 + len(marker) > limit:
+            if not kept:  # not even the first line fits whole
+                return clip(text, limit)
+            return "\n".join([*kept, marker])
+        kept.append(line)
+        size += len(line) + 1
+    return "\n".join(kept)
 
 
 def pick_traces(
@@ -285,7 +304,8 @@ def build_messages(
     for i, p in enumerate(shown):
         role = "incumbent" if i == 0 else "frontier member"
         hyp = f"\nits hypothesis: {clip(p.hypothesis, 300)}" if p.hypothesis else ""
-        add(f"## {p.id} ({role}; parent {p.parent}){hyp}\nscore: {score_summary(archive, p.id, wv)}")
+        origin = f"parent {p.parent}" if p.parent else "no parent"
+        add(f"## {p.id} ({role}; {origin}){hyp}\nscore: {score_summary(archive, p.id, wv)}")
         add(f"```python\n{p.source.rstrip()}\n```")
     failures = recent_failures(archive)
     if failures:
@@ -297,13 +317,16 @@ def build_messages(
         traces = read_jsonl(path) if path.exists() else []
         picked.append((p, *pick_traces(traces, rng)))
     per_trace = max(MIN_SECTION_CHARS, context_chars // 8)
+    message_chars = min(MESSAGE_CHARS, max(per_trace // 4, 80))
     header = False
     for kind, index in (("failing", 1), ("passing", 2)):
         for entry in picked:
             for trace in entry[index]:
                 if not header:
                     header = add(f"# Trace excerpts under weights {wv}")
-                if not add(f"## {kind} trace of {entry[0].id}: {render_trace(trace)}", cap=per_trace):
+                text = f"## {kind} trace of {entry[0].id}: {render_trace(trace, message_chars)}"
+                room = min(per_trace, budget.left)
+                if room < MIN_SECTION_CHARS or not add(clip_lines(text, room)):
                     break
     system_msg = {"role": "system", "content": system}
     user_msg = {"role": "user", "content": "\n\n".join([*sections, REPLY_FORMAT])}
