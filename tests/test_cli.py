@@ -153,6 +153,9 @@ def test_kill_and_resume_counts_nothing_twice(tmp_path):
             if state.get("unit", 0) >= 2 and uncommitted_lines(out, state):
                 break
             time.sleep(0.05)
+        # while it runs: another terminal sees it running, and a second process may not touch it
+        assert f"running (pid {proc.pid})" in whale("status", str(out)).stdout
+        assert_user_error(whale("run", "--resume", str(out)), "in use by a running whale process")
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -161,11 +164,13 @@ def test_kill_and_resume_counts_nothing_twice(tmp_path):
             proc.wait()
     killed_state = read_json(out / "state.json")
     assert killed_state["finished"] is False
+    assert "stopped (resumable)" in whale("status", str(out)).stdout
 
     resumed = whale("run", "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     state = check_complete_run(out)
     assert state["unit"] > killed_state["unit"]
+    assert ": finished" in whale("status", str(out)).stdout and not (out / "run.pid").exists()
     events = read_jsonl(out / "events.jsonl")
     assert [e["unit"] for e in events if e["event"] == "resume"] == [killed_state["unit"]]
     points = read_jsonl(out / "evals.jsonl")

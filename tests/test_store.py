@@ -25,6 +25,9 @@ def test_atomic_write_creates_parents_and_leaves_no_temp(tmp_path):
     assert (tmp_path / "a" / "note.txt").read_text(encoding="utf-8") == "héllo"
     assert sorted(x.name for x in (tmp_path / "a" / "b").iterdir()) == ["state.json"]
     assert sorted(x.name for x in (tmp_path / "a").iterdir()) == ["b", "note.txt"]
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")  # an ordinary file's mode under this umask
+    assert p.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777  # not mkstemp's 0600
 
 
 def test_atomic_write_failure_keeps_old_file_and_no_temp(tmp_path, monkeypatch):

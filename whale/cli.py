@@ -62,6 +62,22 @@ def run(
     )
     summary = Experiment(cfg, out_dir, console, resume=resume is not None).run()
     print_summary(summary, out_dir)
+    _write_report(out_dir)
+
+
+def _write_report(folder: Path) -> None:
+    from whale.report import write_report
+
+    console.print(f"report: {write_report(folder)}")
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Run or comparison directory.")],
+) -> None:
+    """Write DIR/report.html: curves with phases shaded, RFT and search progress, lineage, the harness
+    diff, the weight-vs-harness bottleneck view and cost; for a comparison, the method table too."""
+    _write_report(run_dir)
 
 
 @app.command()
@@ -187,6 +203,18 @@ def compare(
         f"{cfg.schedule.budget_rollouts} rollouts each -> {out_dir}"
     )
     run_compare(cfg, chosen, seeds, out_dir, console)
+    _write_report(out_dir)
+
+
+@app.command()
+def status(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="Run or comparison directory.")],
+) -> None:
+    """Where a run stands (running, stopped or finished; budget, phase, last evaluation), from its files."""
+    from whale.status import status_lines
+
+    for line in status_lines(run_dir):
+        console.print(line, highlight=False)
 
 
 archive_app = typer.Typer(no_args_is_help=True, help="Browse a run's harness archive.")

@@ -19,7 +19,6 @@ twice, and an unfinished unit is redone from its start.
 
 from __future__ import annotations
 
-import difflib
 import random
 import shutil
 import time
@@ -48,15 +47,16 @@ from whale.search.archive import Archive, CandidateEval
 from whale.search.mutation import MutationProposer
 from whale.search.phase import evaluate_candidate, population_iteration, search_iteration
 from whale.search.proposer import Proposal, Proposer, ProposerUsage, budget_spent, full_brief
+from whale.status import claim, release
 from whale.store import (
     append_jsonl,
     atomic_write_json,
     atomic_write_text,
     jsonl_line_count,
     read_json,
-    read_jsonl,
     truncate_jsonl,
 )
+from whale.summary import run_summary
 
 LOGS = ("events.jsonl", "evals.jsonl", "rollouts/train.jsonl", "search/evolution_summary.jsonl")
 
@@ -88,6 +88,9 @@ class Experiment:
         self.cfg = cfg
         self.out = out
         self.console = console or Console()
+        if resume and (out / "state.json").exists():
+            claim(out)  # first of all: two processes must never work on one run
+        check_proposer(cfg)
         self.domain = build_domain(cfg.domain)
         self.splits = self.domain.splits()
         seed = None if resume else self._seed_candidate()
@@ -123,6 +126,7 @@ class Experiment:
         if (self.out / "state.json").exists():
             raise ConfigError(f"{self.out} already holds a run; use --resume {self.out} or another --out")
         self.out.mkdir(parents=True, exist_ok=True)
+        claim(self.out)
         atomic_write_text(self.out / "config.yaml", yaml.safe_dump(self.cfg.model_dump(), sort_keys=False))
 
     def _seed_candidate(self) -> HarnessCandidate:
@@ -249,6 +253,7 @@ class Experiment:
         if not st.finished:
             self._finish("budget spent")
         self.runner.close()
+        release(self.out)
         return self.summary()
 
     def _finish(self, reason: str) -> None:
@@ -476,6 +481,24 @@ class Experiment:
         return summarize_run(self.out)
 
 
+def check_proposer(cfg: Config) -> None:
+    """A misconfigured LLM or agent proposer is a start-up error, not a silently empty search later."""
+    p = cfg.proposer
+    try:
+        if p.kind == "llm":
+            from whale.search.llm_proposer import LLMProposer
+
+            LLMProposer(p, ProposerUsage())
+        elif p.kind == "agent":
+            from whale.search.agent_proposer import AgentProposer
+
+            problem = AgentProposer(p, ProposerUsage()).check()
+            if problem:
+                raise ValueError(problem)
+    except ValueError as exc:
+        raise ConfigError(f"proposer: {exc}") from None
+
+
 def build_runner(cfg: Config, engine: HFEngine, domain: Any) -> RolloutRunner:
     s, r = cfg.sampling, cfg.runner
     limits = RunnerLimits(
@@ -498,39 +521,9 @@ def score_rollouts(rollouts: list[Rollout], tasks: list[Any]) -> SplitScore:
 
 
 def summarize_run(out: Path) -> dict[str, Any]:
-    """Before/after, best and validation-selected test scores, and the harness diff, from the run files."""
-    points = read_jsonl(out / "evals.jsonl")
-    if not points:
+    """The run's summary (see whale.summary), also written to summary.json."""
+    summary = run_summary(out)
+    if summary is None:
         raise ConfigError(f"{out}: no evaluation points yet")
-    state = read_json(out / "state.json")
-    first, last = points[0], points[-1]
-    best_test = max(points, key=lambda p: p["test"]["mean"])
-    best_val = max(points, key=lambda p: (p["val"]["mean"], -p["point"]))
-    archive = Archive(out / "search")
-    seed, final = archive.load("c0000").source, archive.load(state["incumbent"]).source
-    diff = "".join(
-        difflib.unified_diff(
-            seed.splitlines(True),
-            final.splitlines(True),
-            "seed/harness.py",
-            f"{state['incumbent']}/harness.py",
-        )
-    )
-    method = (yaml.safe_load((out / "config.yaml").read_text()) or {}).get("schedule", {}).get("method")
-    switches = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "phase_switch"]
-    summary = {
-        "method": method,
-        "points": points,
-        "before": first["test"],
-        "after": last["test"],
-        "best_test": {"point": best_test["point"], **best_test["test"]},
-        "test_at_best_val": {"point": best_val["point"], **best_val["test"]},
-        "budget": state["budget"],
-        "final_harness": state["incumbent"],
-        "harness_diff": diff,
-        "phase_switches": [
-            {k: e[k] for k in ("from", "to", "rollouts", "reason", "signals") if k in e} for e in switches
-        ],
-    }
     atomic_write_json(out / "summary.json", {k: v for k, v in summary.items() if k != "points"})
     return summary

@@ -112,25 +112,29 @@ class AgentProposer:
 
     # ---- the session ------------------------------------------------------------------------------------
 
+    def check(self) -> str:
+        """What stops this proposer from ever running ("" when nothing): checked before a run starts."""
+        template = list(self.cfg.command or PRESETS.get(self.cfg.preset or "", {}).get("command") or [])
+        if not template:
+            return "agent proposer: no command configured (set proposer.preset or proposer.command)"
+        path = agent_env(self.cfg.env)["PATH"]
+        if resolve_executable(template[0], path) is None:
+            return f"agent command not found: {template[0]!r} is not an executable file or on PATH ({path})"
+        return ""
+
     def propose(self, request: ProposalRequest) -> Proposal:
         cfg = self.cfg
         spent = budget_spent(self.usage, cfg.max_sessions, cfg.max_tokens, cfg.max_usd)
         if spent:
             return Proposal([], spent, exhausted=True)
+        problem = self.check()
+        if problem:
+            return Proposal([], problem)
         preset = PRESETS.get(cfg.preset or "", {})
         template = list(cfg.command or preset.get("command") or [])
-        if not template:
-            return Proposal(
-                [], "agent proposer: no command configured (set proposer.preset or proposer.command)"
-            )
         env = agent_env(self.cfg.env)
         exe = resolve_executable(template[0], env["PATH"])
-        if exe is None:
-            return Proposal(
-                [],
-                f"agent command not found: {template[0]!r} is not an executable file or on "
-                f"PATH ({env['PATH']})",
-            )
+        assert exe is not None
         workspace = Path(tempfile.mkdtemp(prefix="whale-agent-")).resolve()
         try:
             return self._session(request, template, exe, env, preset, workspace)

@@ -1,0 +1,56 @@
+"""A run's headline numbers from its files: before/after, best test, test at best validation, the diff.
+
+Pure reads (no torch, nothing written), so the report and `whale status` can use it on a live run;
+`whale.experiment.summarize_run` writes the same thing to summary.json when a run ends.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from whale.store import read_json, read_jsonl
+
+
+def harness_diff(search: Path, final: str) -> str:
+    """Unified diff of the final harness against the seed c0000 ("" when either file is missing)."""
+    seed, mine = search / "candidates" / "c0000" / "harness.py", search / "candidates" / final / "harness.py"
+    if not seed.is_file() or not mine.is_file():
+        return ""
+    return "".join(
+        difflib.unified_diff(
+            seed.read_text().splitlines(True), mine.read_text().splitlines(True),
+            "seed/harness.py", f"{final}/harness.py",
+        )  # fmt: skip
+    )
+
+
+def run_summary(out: Path) -> dict[str, Any] | None:
+    """The summary of the run in `out` as it stands; None before its first evaluation."""
+    points = read_jsonl(out / "evals.jsonl")
+    if not points:
+        return None
+    state = read_json(out / "state.json")
+    config_file = out / "config.yaml"
+    config = (yaml.safe_load(config_file.read_text()) or {}) if config_file.is_file() else {}
+    best_test = max(points, key=lambda p: p["test"]["mean"])
+    best_val = max(points, key=lambda p: (p["val"]["mean"], -p["point"]))
+    final = state.get("incumbent", "c0000")
+    switches = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "phase_switch"]
+    return {
+        "method": config.get("schedule", {}).get("method"),
+        "points": points,
+        "before": points[0]["test"],
+        "after": points[-1]["test"],
+        "best_test": {"point": best_test["point"], **best_test["test"]},
+        "test_at_best_val": {"point": best_val["point"], **best_val["test"]},
+        "budget": state["budget"],
+        "final_harness": final,
+        "harness_diff": harness_diff(out / "search", final),
+        "phase_switches": [
+            {k: e[k] for k in ("from", "to", "rollouts", "reason", "signals") if k in e} for e in switches
+        ],
+    }
