@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.whale-installed
 DEV_STAMP := $(VENV)/.whale-dev-installed
 
-.PHONY: run test lint install
+.PHONY: run test lint install chromium
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,14 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/whale run --preset default
 
-test: $(DEV_STAMP)
+# The report test renders report.html in headless Chromium (Debian's package); installed when absent.
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  (export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q chromium >/dev/null || \
+	   (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)) || \
+	  echo "could not install chromium (apt-get install chromium as root); the report browser test will fail"
+
+test: $(DEV_STAMP) chromium
 	$(VENV)/bin/ruff check whale tests
 	$(PY) -m pytest
 

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -503,3 +504,33 @@ def test_report_of_a_tiny_comparison(tmp_path):
     for method in ("whale", "weight-only"):
         assert f'href="{method}/seed0/report.html"' in text
         check_page((out / method / "seed0" / "report.html").read_text())
+
+
+def chromium(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "Debian chromium is missing: `make test` installs it (apt-get install chromium)"
+    flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--user-data-dir="]
+    return subprocess.run([exe, *flags, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium(tiny_run, tmp_path):
+    path = write_report(tiny_run)
+    profile = str(tmp_path / "profile")
+    dom = chromium(f"--user-data-dir={profile}", "--dump-dom", path.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    rendered = dom.stdout  # the DOM as Chromium built it, not our source text
+    for anchor in RUN_SECTIONS:
+        assert f'id="{anchor}"' in rendered, anchor
+    assert rendered.count("<table") >= 5 and rendered.count('<img src="data:image/png;base64,') >= 4
+    shot = tmp_path / "shot.png"
+    taken = chromium(
+        f"--user-data-dir={profile}", "--window-size=1280,5000", f"--screenshot={shot}", path.as_uri()
+    )
+    assert taken.returncode == 0 and shot.is_file(), taken.stderr[-2000:]
+    import numpy as np
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    coloured = int(((rgb.max(axis=2) - rgb.min(axis=2)) > 10).sum())  # plot lines, phase shading
+    assert coloured > 50_000, f"only {coloured} coloured pixels: the plots did not render"  # broken: ~2k

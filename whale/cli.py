@@ -157,7 +157,9 @@ def eval_(
 
     cfg = load_config(preset, None, [*_domain_overrides(domain, domain_file), *(set_ or [])])
     source = _harness_source(harness)
-    validate.check(source)
+    problems = validate.problems(source)
+    if problems:
+        raise _user_error(f"{harness}: {problems[0]}")
     start = time.monotonic()
     tasks, rollouts = _run_harness(cfg, harness.stem, source, split, k, f"{harness.name} on {domain}/{split}")
     score = score_rollouts(rollouts, tasks)
