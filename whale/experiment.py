@@ -41,7 +41,7 @@ from whale.model.hf_engine import HFEngine
 from whale.model.loading import load_model
 from whale.model.trainer import Trainer, TrainerConfig
 from whale.progress import track
-from whale.rft import rft_step
+from whale.rft import examples_from, sample, select_kept, train_on
 from whale.schedule import HARNESS, WEIGHTS, ScheduleState, SinglePhase, UnitReport, build_schedule
 from whale.search.archive import Archive, CandidateEval
 from whale.search.mutation import MutationProposer
@@ -290,14 +290,17 @@ class Experiment:
         members = [e["candidate_id"] for e in st.population or []] or [st.incumbent]
         harnesses = [self.archive.load(cid) for cid in members]
         rng = random.Random(self.cfg.seed * 1_000_003 + st.weight_steps)
-        with track(
-            self.console, f"RFT step {st.weight_steps + 1}: sampling", rft.tasks_per_step * rft.k
-        ) as tick:
-            result = rft_step(
-                self.runner, self.trainer, harnesses, self.splits["train"], rng,
-                rft.tasks_per_step, rft.k, rft.reward_threshold, rft.max_kept_per_task,
+        step = st.weight_steps + 1
+        with track(self.console, f"RFT step {step}: sampling", rft.tasks_per_step * rft.k) as tick:
+            rollouts, used = sample(
+                self.runner, harnesses, self.splits["train"], rng, rft.tasks_per_step, rft.k,
                 f"rft{st.weight_steps}", tick,
             )  # fmt: skip
+        n = len(examples_from(select_kept(rollouts, rft.reward_threshold, rft.max_kept_per_task)))
+        with track(self.console, f"RFT step {step}: training", self.trainer.optimizer_steps_for(n)) as tick:
+            result = train_on(
+                self.trainer, rollouts, used, rft.reward_threshold, rft.max_kept_per_task, tick
+            )
         st.weight_steps += 1
         self.engine.weights_version = f"w{st.weight_steps}"
         st.incumbent_eval = None

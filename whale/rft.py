@@ -53,29 +53,39 @@ def select_kept(rollouts: list[Rollout], threshold: float, max_per_task: int) ->
     return [r for group in per_task.values() for r in group]
 
 
-def rft_step(
+def sample(
     runner: RolloutRunner,
-    trainer: Trainer,
     harnesses: list[HarnessCandidate],
     train_tasks: list[Task],
     rng: random.Random,
     tasks_per_step: int,
     k: int,
-    threshold: float,
-    max_kept_per_task: int,
     salt: str = "",
     on_done: Callable[[Rollout], None] | None = None,
-) -> RFTStepResult:
+) -> tuple[list[Rollout], dict[str, int]]:
+    """k rollouts on each of `tasks_per_step` drawn tasks; each task's harness drawn from `harnesses`.
+    Returns the rollouts and how many tasks each harness ran."""
     tasks = rng.sample(train_tasks, min(tasks_per_step, len(train_tasks)))
     chosen = [harnesses[0] if len(harnesses) == 1 else rng.choice(harnesses) for _ in tasks]
     jobs = [RolloutJob(t, h, s, salt) for t, h in zip(tasks, chosen, strict=True) for s in range(k)]
-    rollouts = runner.run(jobs, on_done)
+    return runner.run(jobs, on_done), dict(Counter(h.id for h in chosen))
+
+
+def train_on(
+    trainer: Trainer,
+    rollouts: list[Rollout],
+    harnesses: dict[str, int],
+    threshold: float,
+    max_kept_per_task: int,
+    on_step: Callable[[], None] | None = None,
+) -> RFTStepResult:
+    """Keep the rollouts that pass, and take SFT steps on their trainable calls."""
     kept = select_kept(rollouts, threshold, max_kept_per_task)
     examples = examples_from(kept)
-    stats = trainer.train(examples)
+    stats = trainer.train(examples, on_step)
     return RFTStepResult(
         rollouts=rollouts,
-        harnesses=dict(Counter(h.id for h in chosen)),
+        harnesses=harnesses,
         kept=len(kept),
         examples=len(examples),
         train_reward=sum(r.reward for r in rollouts) / max(len(rollouts), 1),

@@ -71,6 +71,11 @@ def test_sft_steps_raise_likelihood_of_the_examples(make_tiny, tokenizer, exampl
     assert stats[0]["loss"] == pytest.approx(before, rel=1e-3)  # first minibatch sees the untrained model
     assert trainer.steps == 3
     assert not trainer.model.training
+    ticks = []
+    small = Trainer(make_tiny(), pad_id(tokenizer), TrainerConfig(lora=lora, minibatch=1, epochs=2), seed=0)
+    done = small.train(examples, on_step=lambda: ticks.append(1))
+    assert len(ticks) == done["optimizer_steps"] == 2 * len(examples)
+    assert small.optimizer_steps_for(len(examples)) == 2 * len(examples)
 
 
 def test_token_nll_matches_a_manual_computation(make_tiny, tokenizer, examples):

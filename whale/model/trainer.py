@@ -7,6 +7,7 @@ without a reload.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,13 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
         self.steps = 0
 
-    def train(self, examples: list[TrainExample]) -> dict[str, float]:
+    def optimizer_steps_for(self, n_examples: int) -> int:
+        """How many optimizer steps `train` takes on this many examples (for progress bars)."""
+        return self.config.epochs * -(-n_examples // self.config.minibatch)
+
+    def train(
+        self, examples: list[TrainExample], on_step: Callable[[], None] | None = None
+    ) -> dict[str, float]:
         """One pass (config.epochs) over `examples`; token-mean NLL per minibatch, one optimizer step each."""
         if not examples:
             return {"loss": float("nan"), "tokens": 0, "optimizer_steps": 0}
@@ -103,6 +110,8 @@ class Trainer:
                 )
                 self.optimizer.step()
                 opt_steps += 1
+                if on_step is not None:
+                    on_step()
         self.steps += opt_steps
         self.model.eval()
         return {
