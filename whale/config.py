@@ -132,6 +132,15 @@ class DomainConfig(Section):
         return {"name": data} if isinstance(data, str) else data
 
 
+class TrackingConfig(Section):
+    """Optional scalars to TensorBoard (<run>/tensorboard) and Weights & Biases (offline by default)."""
+
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "whale"
+    wandb_mode: Literal["offline", "online"] = "offline"
+
+
 class RunnerConfig(Section):
     workers: int = Field(32, ge=1)
     step_timeout_s: float = Field(10.0, gt=0)
@@ -152,6 +161,7 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     domain: DomainConfig = Field(default_factory=DomainConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
 
 def _one_line(exc: ValidationError, where: str) -> str:

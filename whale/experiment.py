@@ -57,6 +57,7 @@ from whale.store import (
     truncate_jsonl,
 )
 from whale.summary import run_summary
+from whale.tracking import Tracker, check_tracking
 
 LOGS = ("events.jsonl", "evals.jsonl", "rollouts/train.jsonl", "search/evolution_summary.jsonl")
 
@@ -91,6 +92,7 @@ class Experiment:
         if resume and (out / "state.json").exists():
             claim(out)  # first of all: two processes must never work on one run
         check_proposer(cfg)
+        check_tracking(cfg.tracking)
         self.domain = build_domain(cfg.domain)
         self.splits = self.domain.splits()
         seed = None if resume else self._seed_candidate()
@@ -111,6 +113,7 @@ class Experiment:
         self.usage = ProposerUsage(**(self.state.proposer_usage or {}))
         if self.state.proposer_spent:
             self.schedule = SinglePhase(WEIGHTS)
+        self.tracker = Tracker(cfg.tracking, out, cfg.model_dump())
         self.session_start = time.monotonic()
         self.wall_before = self.state.budget["wall_s"]
 
@@ -207,6 +210,7 @@ class Experiment:
         b = self.budget
         record.update(unit=self.state.unit, rollouts=b.rollouts, wall_s=round(b.wall_s, 2))
         append_jsonl(self.out / "events.jsonl", [record])
+        self.tracker.log(record, b.rollouts)
 
     def run(self) -> dict[str, Any]:
         st, every = self.state, self.cfg.eval.every_rollouts
@@ -253,6 +257,7 @@ class Experiment:
         if not st.finished:
             self._finish("budget spent")
         self.runner.close()
+        self.tracker.close()
         release(self.out)
         return self.summary()
 
@@ -470,6 +475,7 @@ class Experiment:
         b = self.budget
         record.update(rollouts=b.rollouts, wall_s=round(b.wall_s, 2))
         append_jsonl(self.out / "evals.jsonl", [record])
+        self.tracker.log(record, b.rollouts)
         st.eval_points += 1
         v, t = record["val"], record["test"]
         self.console.print(
