@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -133,10 +135,13 @@ def uncommitted_lines(out: Path, state: dict) -> bool:
     return any(jsonl_line_count(out / name) > counted.get(name, 0) for name in LOGS)
 
 
-def test_kill_and_resume_counts_nothing_twice(tmp_path):
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "whale.cli", "run", "--preset", "tiny", "--out", str(out),
-           "--set", "schedule.budget_rollouts=120"]  # fmt: skip
+@contextmanager
+def run_in_background(out: Path, *overrides: str) -> Iterator[subprocess.Popen]:
+    """A tiny run in its own process group, yielded once it is inside a unit: committed work up to
+    unit >= 2 and log lines written after that commit. Killed (SIGKILL, whole group) on exit."""
+    cmd = [sys.executable, "-m", "whale.cli", "run", "--preset", "tiny", "--out", str(out)]
+    for item in overrides:
+        cmd += ["--set", item]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV, start_new_session=True
     )
@@ -149,19 +154,22 @@ def test_kill_and_resume_counts_nothing_twice(tmp_path):
                 state = read_json(out / "state.json")
             except (FileNotFoundError, json.JSONDecodeError):
                 state = {}
-            # kill inside a unit: committed work up to unit >= 2, and log lines written after that commit
             if state.get("unit", 0) >= 2 and uncommitted_lines(out, state):
                 break
             time.sleep(0.05)
-        # while it runs: another terminal sees it running, and a second process may not touch it
-        assert f"running (pid {proc.pid})" in whale("status", str(out)).stdout
-        assert_user_error(whale("run", "--resume", str(out)), "in use by a running whale process")
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        yield proc
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        proc.wait(timeout=30)
+
+
+def test_kill_and_resume_counts_nothing_twice(tmp_path):
+    out = tmp_path / "run"
+    with run_in_background(out, "schedule.budget_rollouts=120") as proc:
+        # while it runs: another terminal sees it running, and a second process may not touch it
+        assert f"running (pid {proc.pid})" in whale("status", str(out)).stdout
+        assert_user_error(whale("run", "--resume", str(out)), "in use by a running whale process")
     killed_state = read_json(out / "state.json")
     assert killed_state["finished"] is False
     assert "stopped (resumable)" in whale("status", str(out)).stdout

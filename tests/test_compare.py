@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
-from tests.test_cli import ENV, assert_user_error, check_complete_run, uncommitted_lines, whale
+from tests.test_cli import assert_user_error, check_complete_run, run_in_background, whale
 from whale.compare import parse_methods, pooled, rollouts_to_fraction
 from whale.config import ConfigError
 from whale.store import read_json, read_jsonl
@@ -120,29 +116,8 @@ COUNTS = ("unit", "weight_steps", "search_iters", "eval_points", "incumbent", "f
 def test_killed_and_resumed_run_ends_with_the_same_counts_as_an_uninterrupted_one(compared, tmp_path, method):
     reference = read_json(compared[0] / method / "seed0" / "state.json")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "whale.cli", "run", "--preset", "tiny", "--out", str(out),
-           "--set", f"schedule.method={method}"]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read()[-2000:]}"
-            assert time.monotonic() < deadline, "run never reached unit 2"
-            try:
-                state = read_json(out / "state.json")
-            except (FileNotFoundError, ValueError):
-                state = {}
-            if state.get("unit", 0) >= 2 and uncommitted_lines(out, state):
-                break
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    with run_in_background(out, f"schedule.method={method}"):
+        pass  # killed mid-unit on leaving
     resumed = whale("run", "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     state = check_complete_run(out)

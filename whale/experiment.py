@@ -303,9 +303,7 @@ class Experiment:
             )  # fmt: skip
         n = len(examples_from(select_kept(rollouts, rft.reward_threshold, rft.max_kept_per_task)))
         with track(self.console, f"RFT step {step}: training", self.trainer.optimizer_steps_for(n)) as tick:
-            result = train_on(
-                self.trainer, rollouts, used, rft.reward_threshold, rft.max_kept_per_task, tick
-            )
+            result = train_on(self.trainer, rollouts, used, rft.reward_threshold, rft.max_kept_per_task, tick)
         st.weight_steps += 1
         self.engine.weights_version = f"w{st.weight_steps}"
         st.incumbent_eval = None
@@ -355,6 +353,25 @@ class Experiment:
             text += "\nThis run evolves prompts only: change the text sent to the model, not the logic.\n"
         return text
 
+    def _search_event(self, result: Any, score: float, accepted: bool, **extra: Any) -> None:
+        """One search_iteration record, for an IterationResult or a PopulationResult."""
+        st = self.state
+        self._event(
+            {
+                "event": "search_iteration",
+                "iteration": st.search_iters,
+                "incumbent": st.incumbent,
+                "incumbent_score": score,
+                "accepted": accepted,
+                **extra,
+                "candidates": {e.candidate_id: e.mean for e in result.evaluated},
+                "failed": result.failed,
+                "spent": len(result.rollouts),
+                "proposal": result.proposal.note,
+                "proposer_cost": result.proposal.cost,
+            }  # fmt: skip
+        )
+
     def _record_proposal(self, proposal: Proposal) -> None:
         self.state.proposer_usage = asdict(self.usage)
         if proposal.exhausted:
@@ -397,21 +414,7 @@ class Experiment:
         self._record_proposal(result.proposal)
         st.incumbent = result.incumbent.id
         st.incumbent_eval = asdict(result.incumbent_eval)
-        self._event(
-            {
-                "event": "search_iteration",
-                "iteration": st.search_iters,
-                "incumbent": st.incumbent,
-                "incumbent_score": result.incumbent_eval.mean,
-                "accepted": result.accepted,
-                "reason": result.reason,
-                "candidates": {e.candidate_id: e.mean for e in result.evaluated},
-                "failed": result.failed,
-                "spent": len(result.rollouts),
-                "proposal": result.proposal.note,
-                "proposer_cost": result.proposal.cost,
-            }  # fmt: skip
-        )
+        self._search_event(result, result.incumbent_eval.mean, result.accepted, reason=result.reason)
         verdict = "accepted" if result.accepted else "kept incumbent"
         self.console.print(f"  search iteration {st.search_iters}: {verdict} — {result.reason}")
         return result.incumbent_eval.mean, result.accepted
@@ -437,20 +440,8 @@ class Experiment:
         changed = best.candidate_id != st.incumbent
         st.population = [asdict(e) for e in result.population]
         st.incumbent, st.incumbent_eval = best.candidate_id, asdict(best)
-        self._event(
-            {
-                "event": "search_iteration",
-                "iteration": st.search_iters,
-                "incumbent": st.incumbent,
-                "incumbent_score": best.mean,
-                "accepted": changed,
-                "population": {e.candidate_id: e.mean for e in result.population},
-                "candidates": {e.candidate_id: e.mean for e in result.evaluated},
-                "failed": result.failed,
-                "spent": len(result.rollouts),
-                "proposal": result.proposal.note,
-                "proposer_cost": result.proposal.cost,
-            }  # fmt: skip
+        self._search_event(
+            result, best.mean, changed, population={e.candidate_id: e.mean for e in result.population}
         )
         members = ", ".join(f"{e.candidate_id} {e.mean:.3f}" for e in result.population)
         self.console.print(f"  population iteration {st.search_iters}: {members}")
