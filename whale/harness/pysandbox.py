@@ -1,22 +1,27 @@
 """Run model-written Python (the math `python` tool) in a fresh sandbox process; return what it printed.
 
-Same layers as harness workers (static checks, restricted builtins, module proxies, audit hook,
-rlimits), plus a wall-clock kill of the whole process group. Every failure is a ToolError the model
-can read; nothing here can crash the run.
+Same layers as harness workers (static checks, Landlock, restricted builtins, module proxies, audit hook,
+rlimits), plus a wall-clock kill of the whole process group and a cap on what the process may send
+back. Every failure is a ToolError the model can read; nothing here can crash the run. A sandbox layer
+the process could not apply is reported once on stderr (see worker.report_degraded).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from whale.domains.base import ToolError
 from whale.harness import validate
+from whale.harness.worker import MAX_FRAME, report_degraded, sandbox_status_problems
 
 MAX_OUTPUT = 4000
 
@@ -33,6 +38,8 @@ def run_python(code: str, timeout_s: float = 5.0, memory_mb: int = 256, cpu_s: i
         "PYTHONDONTWRITEBYTECODE": "1",
         "WHALE_PARENT_PID": str(os.getpid()),
     }
+    if os.environ.get("WHALE_LANDLOCK"):
+        env["WHALE_LANDLOCK"] = os.environ["WHALE_LANDLOCK"]
     cmd = [sys.executable, "-s", "-m", "whale.harness.worker", str(memory_mb), str(cpu_s), "--exec"]
     proc = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -40,16 +47,59 @@ def run_python(code: str, timeout_s: float = 5.0, memory_mb: int = 256, cpu_s: i
     )  # fmt: skip
     data = json.dumps({"code": code}).encode()
     try:
-        out, _ = proc.communicate(struct.pack(">I", len(data)) + data, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise ToolError(f"timeout: the code ran over {timeout_s:g}s") from None
+        out = _exchange(proc, struct.pack(">I", len(data)) + data, time.monotonic() + timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+    if out is None:
+        raise ToolError(f"timeout: the code ran over {timeout_s:g}s")
+    if len(out) > 4 + MAX_FRAME:
+        raise ToolError("output too large: the code's process sent more than 4 MiB")
     if len(out) < 4:
         raise ToolError(f"the code crashed its process (exit status {proc.returncode})")
-    (size,) = struct.unpack(">I", out[:4])
-    result = json.loads(out[4 : 4 + size])
+    result = _result(out)
+    report_degraded(sandbox_status_problems(result.get("sandbox")), "python tool snippets")
     stdout = result["stdout"][:MAX_OUTPUT]
     if result["error"]:
         raise ToolError(f"{result['error']}" + (f"\nprinted before the error:\n{stdout}" if stdout else ""))
     return stdout
+
+
+def _exchange(proc: subprocess.Popen, request: bytes, deadline: float) -> bytes | None:
+    """Send the request, read until the process closes its stdout; None on timeout. Stops reading just
+    past one maximal frame, so a process that floods its pipe costs the parent no memory."""
+    try:
+        proc.stdin.write(request)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass  # the process died before reading: its empty output says so
+    out = bytearray()
+    fd = proc.stdout.fileno()
+    while len(out) <= 4 + MAX_FRAME:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def _result(out: bytes) -> dict[str, Any]:
+    (size,) = struct.unpack(">I", out[:4])
+    try:
+        result = json.loads(out[4 : 4 + size])
+    except ValueError:
+        result = None
+    if not (isinstance(result, dict) and isinstance(result.get("stdout"), str)):
+        raise ToolError("protocol: the code's process sent a malformed reply")
+    if result.get("error") is not None and not isinstance(result["error"], str):
+        raise ToolError("protocol: the code's process sent a malformed reply")
+    return result

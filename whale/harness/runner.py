@@ -5,13 +5,39 @@ The loop is event driven. Each busy worker is either computing (harness code run
 as one batch, so batch width tracks concurrency. Tool calls and verification happen here, in the parent,
 where the domain lives. A worker that computes too long without yielding is killed with its process
 group, and its rollout records the reason; the run goes on.
+
+A failed rollout's `Rollout.error` is '<kind>: <detail>', with one of these kinds (stable; match on them):
+
+  timeout           the step or rollout wall-clock limit ran out; the worker was killed
+  cpu limit         the worker used up its CPU seconds (RLIMIT_CPU, SIGXCPU)
+  memory limit      MemoryError under the worker's address-space limit
+  recursion limit   RecursionError
+  killed            SIGKILL the runner did not send (the kernel's OOM killer, an operator)
+  forbidden         the harness attempted what the sandbox refuses, even if it caught the refusal:
+                    'forbidden: open', 'forbidden: os.system', "forbidden: import of 'os' (ImportError)",
+                    'forbidden: changed shared state: collections.Counter.most_common', ...
+  output too large  the answer is over `max_answer_chars`
+  protocol          the worker broke the wire protocol: a message over the 4 MiB frame limit
+                    ('protocol: output too large: ...'), malformed JSON, a forged done message
+  crash             the harness raised ('crash: ValueError: boom', 'crash: SystemExit: 0') or the worker
+                    died ('crash: worker died on signal SIGSEGV')
+  invalid           the harness breaks the contract (syntax error, no run(), a non-string result)
+  verify            the domain's verifier raised on the answer
+
+A worker whose rollout failed with anything but crash, invalid, recursion limit, output too large or verify
+is not reused. Model and tool calls are capped in number and size, and so are logs and answers, so that
+one rollout's record stays small. When a worker reports that an OS sandbox layer (Landlock) could not be
+applied, the runner says so once on stderr and lists it in `sandbox_problems`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import secrets
+import select
 import selectors
 import signal
 import struct
@@ -26,9 +52,12 @@ from typing import Any
 
 from whale.domains.base import Domain, Task, Toolbox, ToolError
 from whale.harness.records import HarnessCandidate, ModelCall, Rollout, ToolCall
+from whale.harness.worker import MAX_LOG_CHARS, MAX_LOG_ENTRIES, report_degraded, sandbox_status_problems
 from whale.model.engine import Engine, GenerationRequest, SamplingParams
 
 MAX_FRAME = 4 << 20
+MAX_ERROR_CHARS = 1000
+REUSABLE_AFTER = ("crash: ", "invalid: ", "recursion limit: ", "output too large: ", "verify: ")
 
 
 @dataclass
@@ -43,6 +72,10 @@ class RunnerLimits:
     max_tool_calls: int = 64
     max_samples_per_call: int = 16
     max_tokens_cap: int = 512
+    max_prompt_chars: int = 100_000  # one llm.chat request, all message contents together
+    max_stop_strings: int = 16
+    max_tool_arg_chars: int = 100_000  # one tool call's arguments, as JSON
+    max_answer_chars: int = 100_000
 
 
 @dataclass
@@ -67,6 +100,9 @@ class _Worker:
     started: float = 0.0
     resumed: float = 0.0
     served: int = 0
+    secret: str = ""  # the current job's; only a done message that carries it ends the rollout
+    sandbox: dict[str, Any] | None = None  # what the worker's hello said about its OS sandbox
+    retire: bool = False
 
 
 class RolloutRunner:
@@ -88,6 +124,8 @@ class RolloutRunner:
         self.engine_calls = 0
         self.idle: list[_Worker] = []
         self.selector = selectors.DefaultSelector()
+        self.sandbox: dict[str, Any] | None = None  # the latest worker's sandbox status
+        self.sandbox_problems: list[str] = []  # sandbox layers some worker could not apply
 
     def close(self) -> None:
         for w in self.idle:
@@ -131,6 +169,8 @@ class RolloutRunner:
             "PYTHONHASHSEED": "0",
             "WHALE_PARENT_PID": str(os.getpid()),
         }
+        if os.environ.get("WHALE_LANDLOCK"):
+            env["WHALE_LANDLOCK"] = os.environ["WHALE_LANDLOCK"]
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -149,10 +189,22 @@ class RolloutRunner:
         )
         return _Worker(proc)
 
+    def _take_worker(self) -> _Worker:
+        """An idle worker with nothing unread in its pipe (anything there would not belong to the next
+        job), else a fresh one."""
+        while self.idle:
+            w = self.idle.pop()
+            pending = w.buf or select.select([w.proc.stdout], [], [], 0)[0]
+            if w.proc.poll() is None and not pending:
+                return w
+            self._kill(w)
+        return self._spawn()
+
     def _start_job(self, job: RolloutJob) -> _Worker:
-        w = self.idle.pop() if self.idle else self._spawn()
+        w = self._take_worker()
         now = time.monotonic()
         w.job, w.task, w.started, w.resumed, w.request = job, job.task, now, now, None
+        w.secret = secrets.token_hex(16)
         w.rollout = Rollout(job.task.id, job.harness.id, self.engine.weights_version, job.sample)
         w.toolbox = self.domain.toolbox(job.task)
         self.selector.register(w.proc.stdout, selectors.EVENT_READ)
@@ -163,6 +215,7 @@ class RolloutRunner:
                 "code": job.harness.source,
                 "task": job.task.inputs,
                 "tools": list(w.toolbox.names),
+                "secret": w.secret,
             },
         )
         return w
@@ -188,7 +241,9 @@ class RolloutRunner:
             (size,) = struct.unpack(">I", w.buf[:4])
             if size > MAX_FRAME:
                 self._kill(w)
-                w.rollout.error = f"protocol: worker sent a {size}-byte message (limit {MAX_FRAME})"
+                w.rollout.error = (
+                    f"protocol: output too large: the worker sent a {size}-byte message (limit {MAX_FRAME})"
+                )
                 w.job = None
                 return True
             if len(w.buf) < 4 + size:
@@ -199,7 +254,12 @@ class RolloutRunner:
                 msg = json.loads(frame)
             except ValueError:
                 msg = {"op": "invalid"}
-            self._handle(w, msg)
+            try:
+                self._handle(w, msg)
+            except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+                self._kill(w)  # a malformed message: only harness code writing to the pipe makes one
+                w.rollout.error = f"protocol: malformed message ({type(exc).__name__}: {str(exc)[:200]})"
+                w.job = None
             if w.job is None:
                 break
         return True
@@ -207,6 +267,8 @@ class RolloutRunner:
     def _handle(self, w: _Worker, msg: dict[str, Any]) -> None:
         op = msg.get("op") if isinstance(msg, dict) else None
         if op == "ready":
+            if w.sandbox is None:  # only the hello a fresh worker sends before any harness runs counts
+                self._note_sandbox(w, msg.get("sandbox"))
             return
         if op == "chat":
             error = self._check_chat(w, msg)
@@ -219,15 +281,35 @@ class RolloutRunner:
             self._serve_tool(w, msg)
             return
         if op == "done":
-            w.rollout.answer = msg.get("answer") if isinstance(msg.get("answer"), str) else None
-            w.rollout.error = msg.get("error")
-            w.rollout.logs = [str(x) for x in msg.get("logs", [])][:200]
+            if msg.get("secret") != w.secret:
+                self._kill(w)
+                w.rollout.error = "protocol: a done message without this job's secret (forged by the harness)"
+                w.job = None
+                return
+            answer, error = msg.get("answer"), msg.get("error")
+            w.rollout.answer = answer if isinstance(answer, str) else None
+            w.rollout.error = None if error is None else str(error)[:MAX_ERROR_CHARS]
+            if w.rollout.answer is not None and len(w.rollout.answer) > self.limits.max_answer_chars:
+                w.rollout.error = (
+                    f"output too large: run() returned {len(w.rollout.answer)} characters "
+                    f"(limit {self.limits.max_answer_chars})"
+                )
+                w.rollout.answer = None
+            w.rollout.logs = _capped_logs(msg.get("logs"))
             w.rollout.timings["harness_s"] = float(msg.get("harness_s", 0.0))
+            w.retire = w.retire or msg.get("retire") is not False
             w.job = None
             return
         self._kill(w)
         w.rollout.error = f"protocol: unexpected message {str(op)[:40]!r}"
         w.job = None
+
+    def _note_sandbox(self, w: _Worker, status: Any) -> None:
+        w.sandbox = status if isinstance(status, dict) else {}
+        self.sandbox = w.sandbox
+        problems = sandbox_status_problems(status)
+        self.sandbox_problems += [p for p in problems if p not in self.sandbox_problems]
+        report_degraded(problems, "harness workers")
 
     def _check_chat(self, w: _Worker, msg: dict[str, Any]) -> str | None:
         messages = msg.get("messages")
@@ -241,6 +323,9 @@ class RolloutRunner:
         )
         if not ok:
             return "llm.chat: messages must be a non-empty list of {'role': str, 'content': str}"
+        chars = sum(len(m["content"]) + len(m["role"]) for m in messages)
+        if chars > self.limits.max_prompt_chars:
+            return f"llm.chat: the messages are {chars} characters (limit {self.limits.max_prompt_chars})"
         n = msg.get("n", 1)
         if not isinstance(n, int) or not 1 <= n <= self.limits.max_samples_per_call:
             return f"llm.chat: n must be an int in 1..{self.limits.max_samples_per_call}"
@@ -249,9 +334,13 @@ class RolloutRunner:
         for key, kind in (("max_tokens", int), ("temperature", (int, float))):
             if msg.get(key) is not None and not isinstance(msg[key], kind):
                 return f"llm.chat: {key} has the wrong type"
+        if isinstance(msg.get("temperature"), float) and not math.isfinite(msg["temperature"]):
+            return "llm.chat: temperature must be a finite number"
         stop = msg.get("stop")
         if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
             return "llm.chat: stop must be a string or a list of non-empty strings"
+        if stop is not None and (len(stop) > self.limits.max_stop_strings or sum(map(len, stop)) > 1000):
+            return f"llm.chat: at most {self.limits.max_stop_strings} stop strings, 1000 characters in all"
         return None
 
     def _params(self, msg: dict[str, Any]) -> SamplingParams:
@@ -300,11 +389,23 @@ class RolloutRunner:
 
     def _serve_tool(self, w: _Worker, msg: dict[str, Any]) -> None:
         name, args, kwargs = msg.get("name"), msg.get("args", []), msg.get("kwargs", {})
-        call = ToolCall(
-            str(name), args if isinstance(args, list) else [], kwargs if isinstance(kwargs, dict) else {}
-        )
         if len(w.rollout.tool_calls) >= self.limits.max_tool_calls:
-            call.error = f"rollout exceeded {self.limits.max_tool_calls} tool calls"
+            # Refused without recording more than the first refusal, and without restarting the step
+            # clock: a harness spinning on refused calls is computing, not making progress.
+            message = f"rollout exceeded {self.limits.max_tool_calls} tool calls"
+            if len(w.rollout.tool_calls) == self.limits.max_tool_calls:
+                w.rollout.tool_calls.append(ToolCall(str(name)[:100], [], {}, error=message))
+            self._send(w, {"op": "error", "message": message})
+            return
+        call = ToolCall(
+            str(name)[:100],
+            args if isinstance(args, list) else [],
+            kwargs if isinstance(kwargs, dict) else {},
+        )
+        size = len(json.dumps([call.args, call.kwargs]))
+        if size > self.limits.max_tool_arg_chars:
+            call.args, call.kwargs = [f"<{size} characters of arguments dropped>"], {}
+            call.error = f"tool arguments are {size} characters (limit {self.limits.max_tool_arg_chars})"
         elif name not in w.toolbox.names:
             call.error = f"unknown tool {str(name)[:40]!r}"
         else:
@@ -315,6 +416,10 @@ class RolloutRunner:
                 call.error = str(exc)
             except (TypeError, ValueError) as exc:
                 call.error = f"bad arguments for {name}: {exc}"
+            except Exception as exc:  # noqa: BLE001 - harness-chosen arguments must not crash the run
+                call.error = f"tool {name} failed: {type(exc).__name__}: {str(exc)[:300]}"
+            if call.error is not None:
+                call.result = None
         w.rollout.tool_calls.append(call)
         w.resumed = time.monotonic()
         if call.error is not None:
@@ -344,10 +449,14 @@ class RolloutRunner:
         self.selector.unregister(fd)
         del busy[fd]
         if rollout.error is None:
-            rollout.reward = float(self.domain.verify(w.task, rollout.answer, w.toolbox))
+            try:
+                rollout.reward = float(self.domain.verify(w.task, rollout.answer, w.toolbox))
+            except Exception as exc:  # noqa: BLE001 - a harness-chosen answer must not crash the run
+                rollout.error = f"verify: the verifier raised {type(exc).__name__}: {str(exc)[:300]}"
         rollout.timings["wall_s"] = time.monotonic() - w.started
         w.rollout, w.toolbox, w.task, w.served = None, None, None, w.served + 1
-        if w.proc.poll() is None and w.served < self.limits.rollouts_per_worker:
+        reusable = rollout.error is None or rollout.error.startswith(REUSABLE_AFTER)
+        if reusable and not w.retire and w.proc.poll() is None and w.served < self.limits.rollouts_per_worker:
             self.idle.append(w)
         else:
             self._kill(w)
@@ -373,12 +482,25 @@ class RolloutRunner:
                 pass
 
 
+def _capped_logs(logs: Any) -> list[str]:
+    """A done message's logs, held to the worker's own caps whatever the message says."""
+    out, chars = [], 0
+    for entry in logs if isinstance(logs, list) else []:
+        if len(out) > MAX_LOG_ENTRIES or chars >= MAX_LOG_CHARS + 200:
+            out.append("[whale: further output dropped]\n")
+            break
+        text = str(entry)[: MAX_LOG_CHARS + 200 - chars]
+        out.append(text)
+        chars += len(text)
+    return out
+
+
 def _exit_reason(code: int) -> str:
     """Name the limit that most likely killed a worker from its exit status."""
     if code == -signal.SIGXCPU:
-        return "cpu: worker exceeded its CPU-time limit"
+        return "cpu limit: the worker used up its CPU-time limit"
     if code == -signal.SIGKILL:
-        return "killed: worker was killed (memory or timeout)"
+        return "killed: the worker got a SIGKILL the runner did not send (out of memory?)"
     if code < 0:
         return f"crash: worker died on signal {signal.Signals(-code).name}"
     return f"crash: worker exited with status {code}"

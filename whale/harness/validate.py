@@ -74,6 +74,10 @@ def _scan(source: str) -> tuple[list[str], ast.Module | None]:
             found.append(f"line {line}: access to private attribute {node.attr!r}")
         elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
             found.append(f"line {line}: access to introspection attribute {node.attr!r}")
+        elif isinstance(node, ast.MatchClass):  # `case C(__class__=x)` reads the attribute too
+            for attr in node.kwd_attrs:
+                if attr.startswith("_") or attr in FORBIDDEN_ATTRIBUTES:
+                    found.append(f"line {line}: access to attribute {attr!r} in a class pattern")
         elif isinstance(node, ast.Name) and (node.id in FORBIDDEN_NAMES or node.id.startswith("__")):
             found.append(f"line {line}: use of {node.id!r} is not allowed")
     return found, tree

@@ -2,28 +2,57 @@
 
 Started by `RolloutRunner` as `python -m whale.harness.worker`. It talks to the parent with length-prefixed
 JSON frames on private copies of stdin/stdout (never pickle: the parent must not unpickle untrusted
-bytes), then points fds 0-2 at /dev/null, caps its own resources, and executes harness code with
-restricted builtins and an import hook that hands out module proxies without private names or
-submodules (so `json.codecs` or `random._os` are not a way out). Model and tool calls block on the
-parent; gold answers never cross this boundary.
+bytes), then points fds 0-2 at /dev/null and confines itself before any harness code runs. Layers, from
+the operating system inwards:
+
+  Landlock     no filesystem writes anywhere; reads only beneath the Python standard library and of the
+               module files already loaded; no TCP bind or connect (ABI 4+); no abstract unix sockets or
+               signals outside the sandbox (ABI 6+). Where Landlock is missing the hello frame says so and
+               the parent warns (`sandbox_status_problems`, `report_degraded`).
+  privileges   a worker started as root switches to nobody, so the rlimits below bind (RLIMIT_NPROC
+               does not apply to root) and file permissions apply.
+  rlimits      address space, CPU seconds, no file growth, no new processes or threads, no new fds.
+  audit hook   refuses file, process, socket, import, thread-state and frame-introspection events. Its
+               rules are constants in its code and its record is bound as a default argument, so nothing
+               a harness reaches through module globals can switch it off.
+  builtins     a restricted set, an import hook that hands out read-only module proxies (public,
+               non-module attributes; no `string.Formatter` attribute lookup, no `functools` hooks that
+               read attributes by name or evaluate annotations), read-only `llm` and `tools`.
+  checks       after each rollout: garbage is collected inside the rollout's own time, and a worker
+               whose harness changed shared state (any module's globals, any class of the stdlib or of
+               this module), started a thread, or attempted a forbidden operation is retired, so nothing
+               carries over to the next rollout.
+
+Model and tool calls block on the parent; gold answers never cross this boundary. The done frame of a
+rollout carries a secret from the run message that harness code cannot read, so it cannot be forged.
 """
 
 from __future__ import annotations
 
+import _string
+import _thread
 import builtins
+import collections
+import ctypes
+import functools
+import gc
 import json
 import os
 import resource
+import string
 import struct
 import sys
 import time
 import types
+import warnings
 from typing import Any
 
 PRELOADED = ("re", "math", "json", "collections", "itertools", "functools", "statistics", "random", "string")
-# Modules the allowed ones import lazily (Counter.most_common -> heapq, ...): loaded before the audit hook
-# goes up, because the hook refuses every later import.
+# Modules the allowed ones import lazily (Counter.most_common -> heapq, ...), or the compiler does
+# (unicodedata, for non-ASCII identifiers): loaded before the audit hook goes up, because the hook refuses
+# every later import.
 LAZY_DEPENDENCIES = (
+    "unicodedata",
     "heapq",
     "operator",
     "bisect",
@@ -35,7 +64,11 @@ LAZY_DEPENDENCIES = (
     "numbers",
 )
 MAX_FRAME = 4 << 20
-MAX_LOG_CHARS = 20_000
+MAX_LOG_CHARS = 20_000  # what print() may leave in a rollout's logs; the rest is dropped with a marker
+MAX_LOG_ENTRIES = 200
+MAX_ERROR_CHARS = 500
+RECURSION_LIMIT = 500
+NOBODY = 65534
 SAFE_BUILTINS = (
     "abs all any bool bytes callable chr dict divmod enumerate filter float format frozenset hash int "
     "isinstance issubclass iter len list map max min next ord pow range repr reversed round set slice "
@@ -44,6 +77,10 @@ SAFE_BUILTINS = (
     "NotImplementedError OverflowError RecursionError RuntimeError StopIteration TypeError ValueError "
     "ZeroDivisionError True False None"
 ).split()
+# Public attributes of allowed modules that a harness does not get: they read attributes by name or
+# evaluate strings (singledispatch's register() evaluates annotations in the caller's globals).
+WITHHELD = {"functools": ("singledispatch", "singledispatchmethod")}
+_MISSING = object()
 
 
 class ToolError(Exception):
@@ -52,6 +89,14 @@ class ToolError(Exception):
 
 class LLMError(Exception):
     """Raised inside the harness when a model call is malformed."""
+
+
+class ChannelClosed(BaseException):
+    """The parent closed the pipe or broke the protocol: the worker exits."""
+
+
+class HarnessInvalid(Exception):
+    """The harness breaks the contract (syntax, no run(), a result that is not a string)."""
 
 
 class Channel:
@@ -67,7 +112,7 @@ class Channel:
         head = self._read(4)
         (size,) = struct.unpack(">I", head)
         if size > MAX_FRAME:
-            raise SystemExit(3)
+            raise ChannelClosed("oversized frame from the parent")
         return json.loads(self._read(size))
 
     def _read(self, n: int) -> bytes:
@@ -75,29 +120,126 @@ class Channel:
         while len(buf) < n:
             chunk = self.r.read(n - len(buf))
             if not chunk:
-                raise SystemExit(0)
+                raise ChannelClosed("the parent closed the channel")
             buf += chunk
         return buf
 
 
-def module_proxy(mod: types.ModuleType) -> types.SimpleNamespace:
-    public = {
-        k: v for k, v in vars(mod).items() if not k.startswith("_") and not isinstance(v, types.ModuleType)
+class ReadOnly(types.SimpleNamespace):
+    """A namespace a harness can read but not change: module proxies and `tools`."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot set {name!r}: this object is read-only in a harness")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete {name!r}: this object is read-only in a harness")
+
+    def __repr__(self) -> str:
+        return f"<read-only namespace: {', '.join(sorted(vars(self)))}>"
+
+
+class SafeFormatter(string.Formatter):
+    """`string.Formatter` without attribute lookup: its get_field resolves '{0.__globals__}' with a real
+    getattr and returns the object itself, which walks around every static check."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        first, rest = _string.formatter_field_name_split(field_name)
+        obj = self.get_value(first, args, kwargs)
+        for is_attr, key in rest:
+            if is_attr:
+                raise ValueError("attribute lookup in format fields is not allowed in a harness")
+            obj = obj[key]
+        return obj, first
+
+
+def _default_names(assigned: Any, updated: Any) -> None:
+    if tuple(assigned) != functools.WRAPPER_ASSIGNMENTS or tuple(updated) != functools.WRAPPER_UPDATES:
+        raise ValueError("update_wrapper/wraps with other attribute names is not allowed in a harness")
+
+
+def safe_update_wrapper(
+    wrapper: Any,
+    wrapped: Any,
+    assigned: Any = functools.WRAPPER_ASSIGNMENTS,
+    updated: Any = functools.WRAPPER_UPDATES,
+) -> Any:
+    """functools.update_wrapper with its default attribute names only (others would make it a getattr)."""
+    _default_names(assigned, updated)
+    return functools.update_wrapper(wrapper, wrapped)
+
+
+def safe_wraps(
+    wrapped: Any, assigned: Any = functools.WRAPPER_ASSIGNMENTS, updated: Any = functools.WRAPPER_UPDATES
+) -> Any:
+    _default_names(assigned, updated)
+    return functools.partial(safe_update_wrapper, wrapped=wrapped)
+
+
+def safe_namedtuple(
+    typename: str, field_names: Any, *, rename: bool = False, defaults: Any = None, module: Any = None
+) -> type:
+    """collections.namedtuple that names its module itself instead of asking sys._getframe (refused)."""
+    return collections.namedtuple(
+        typename, field_names, rename=rename, defaults=defaults, module=module or "harness"
+    )
+
+
+REPLACEMENTS = {
+    id(string.Formatter): SafeFormatter,
+    id(functools.update_wrapper): safe_update_wrapper,
+    id(functools.wraps): safe_wraps,
+    id(collections.namedtuple): safe_namedtuple,
+}
+
+
+def public_attributes(mod: types.ModuleType) -> dict[str, Any]:
+    """A module's public, non-module attributes, with the sandbox's replacements for risky ones."""
+    withheld = WITHHELD.get(mod.__name__, ())
+    return {
+        k: REPLACEMENTS.get(id(v), v)
+        for k, v in vars(mod).items()
+        if not k.startswith("_") and not isinstance(v, types.ModuleType) and k not in withheld
     }
-    return types.SimpleNamespace(**public)
 
 
-def make_builtins(proxies: dict[str, types.SimpleNamespace], logs: list[str]) -> dict[str, Any]:
+class LogSink:
+    """What print() writes, up to MAX_LOG_CHARS characters in MAX_LOG_ENTRIES entries; then a marker."""
+
+    def __init__(self) -> None:
+        self.entries: list[str] = []
+        self.chars = 0
+        self.dropped = 0
+
+    def write(self, text: str) -> None:
+        room = MAX_LOG_CHARS - self.chars
+        if room <= 0 or len(self.entries) >= MAX_LOG_ENTRIES:
+            self.dropped += len(text)
+            return
+        self.entries.append(text[:room])
+        self.chars += min(len(text), room)
+        self.dropped += max(0, len(text) - room)
+
+    def result(self) -> list[str]:
+        if not self.dropped:
+            return list(self.entries)
+        marker = f"[whale: {self.dropped} more characters of output dropped (limit {MAX_LOG_CHARS})]\n"
+        return [*self.entries, marker]
+
+
+def make_builtins(proxies: dict[str, ReadOnly], logs: LogSink) -> dict[str, Any]:
     safe = {name: getattr(builtins, name) for name in SAFE_BUILTINS}
 
     def guarded_import(name: str, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002
         if level != 0 or name not in proxies:
+            sys.audit("whale.refused", f"import of {str(name)[:80]!r} (ImportError)")  # the hook records it
             raise ImportError(f"import of {name!r} is not allowed in a harness")
         return proxies[name]
 
-    def captured_print(*args: Any, sep: str = " ", end: str = "\n", **_: Any) -> None:
-        if sum(len(x) for x in logs) < MAX_LOG_CHARS:
-            logs.append(sep.join(str(a) for a in args) + end)
+    def captured_print(*args: Any, sep: Any = " ", end: Any = "\n", **_: Any) -> None:
+        if logs.chars >= MAX_LOG_CHARS:
+            logs.write(str(end))  # counted, not kept
+            return
+        logs.write(str(sep).join(str(a) for a in args) + str(end))
 
     safe.update(
         __import__=guarded_import,
@@ -112,8 +254,16 @@ def make_builtins(proxies: dict[str, types.SimpleNamespace], logs: list[str]) ->
 class LLMProxy:
     """The `llm` a harness sees: every call crosses to the parent, which batches and records it."""
 
+    __slots__ = ("_channel",)
+
     def __init__(self, channel: Channel):
-        self._channel = channel
+        object.__setattr__(self, "_channel", channel)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot set {name!r}: llm is read-only in a harness")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete {name!r}: llm is read-only in a harness")
 
     def chat(
         self,
@@ -146,7 +296,7 @@ class LLMProxy:
         return texts[0] if n == 1 else texts
 
 
-def make_tools(channel: Channel, names: list[str]) -> types.SimpleNamespace:
+def make_tools(channel: Channel, names: list[str]) -> ReadOnly:
     def tool(name: str):
         def call(*args: Any, **kwargs: Any) -> Any:
             channel.send({"op": "tool", "name": name, "args": list(args), "kwargs": kwargs})
@@ -157,83 +307,162 @@ def make_tools(channel: Channel, names: list[str]) -> types.SimpleNamespace:
 
         return call
 
-    return types.SimpleNamespace(**{name: tool(name) for name in names})
+    return ReadOnly(**{name: tool(name) for name in names})
 
 
-def run_harness(channel: Channel, msg: dict[str, Any], proxies: dict[str, types.SimpleNamespace]) -> None:
-    logs: list[str] = []
-    start = time.perf_counter()
-    answer, error = None, None
+def describe(exc: BaseException) -> str:
+    """'Type: message' for any exception, however hostile its class (huge, failing or looping __str__)."""
     try:
-        namespace: dict[str, Any] = {"__builtins__": make_builtins(proxies, logs), "__name__": "harness"}
-        exec(compile(msg["code"], "harness.py", "exec"), namespace)  # noqa: S102 - the sandbox itself
-        result = namespace["run"](msg["task"], LLMProxy(channel), make_tools(channel, msg["tools"]))
-        if isinstance(result, (int, float)) and not isinstance(result, bool):
-            result = str(result)
-        if result is not None and not isinstance(result, str):
-            error = f"HarnessError: run() returned {type(result).__name__}, expected str"
-        else:
-            answer = result
-    except MemoryError:
-        error = "MemoryError: harness exceeded its memory limit"
-    except RecursionError:
-        error = "RecursionError: maximum recursion depth exceeded"
-    except Exception as exc:  # noqa: BLE001 - any harness failure is a recorded outcome
-        error = f"{type(exc).__name__}: {str(exc)[:500]}"
-    channel.send(
-        {
-            "op": "done",
-            "answer": answer,
-            "error": error,
-            "logs": logs,
-            "harness_s": time.perf_counter() - start,
-        }
-    )
+        name = str(type(exc).__name__)[:100]
+    except BaseException:  # noqa: BLE001 - a metaclass can make even the name fail
+        name = "Exception"
+    try:
+        text = str(exc)[:MAX_ERROR_CHARS]
+    except BaseException:  # noqa: BLE001
+        text = "<the exception's message could not be printed>"
+    return f"{name}: {text}" if text else name
 
 
-def limit_resources(memory_mb: int, cpu_s: int) -> None:
+def failure_reason(exc: BaseException) -> str:
+    """The recorded reason for a harness that raised: '<kind>: <detail>' (kinds listed in runner.py)."""
+    if isinstance(exc, MemoryError):
+        return "memory limit: MemoryError: harness exceeded its memory limit"
+    if isinstance(exc, RecursionError):
+        return "recursion limit: RecursionError: maximum recursion depth exceeded"
+    if isinstance(exc, HarnessInvalid):
+        return f"invalid: {str(exc)[:MAX_ERROR_CHARS]}"
+    return f"crash: {describe(exc)}"
+
+
+def compile_source(source: Any, filename: str, seen: list[str]) -> types.CodeType:
+    try:
+        return compile(source, filename, "exec")
+    except (SyntaxError, ValueError) as exc:
+        raise HarnessInvalid(describe(exc)) from None
+    finally:
+        del seen[:]  # the parser itself tries to open the file a syntax error names, to quote its line
+
+
+def call_harness(
+    code: types.CodeType, msg: dict[str, Any], channel: Channel, namespace: dict[str, Any]
+) -> str | None:
+    exec(code, namespace)  # noqa: S102 - the sandbox itself
+    run = namespace.get("run")
+    if not callable(run):
+        raise HarnessInvalid("the harness defines no run(task, llm, tools)")
+    result = run(msg["task"], LLMProxy(channel), make_tools(channel, msg["tools"]))
+    if result is None:
+        return None
+    if isinstance(result, bool) or not isinstance(result, (str, int, float)):
+        raise HarnessInvalid(f"run() returned {str(type(result).__name__)[:100]}, expected str")
+    if isinstance(result, str):
+        return str.__str__(result)  # a plain str, whatever subclass came back
+    return float.__repr__(result) if isinstance(result, float) else int.__repr__(result)
+
+
+def make_runner(seen: list[str], watched: list[tuple[str, Any, dict[str, Any]]]):
+    """The per-rollout procedure. Its record of forbidden attempts and its snapshot of shared state are
+    bound as default arguments: reading a function's defaults is an audited (refused) operation."""
+
+    def changed_shared_state(_watched: list = watched, _missing: object = _MISSING) -> str | None:
+        for label, live, saved in _watched:
+            for key, value in saved.items():
+                if live.get(key, _missing) is not value and key != "__warningregistry__":
+                    return f"{label}.{key}"
+            if len(live) != len(saved):
+                added = [k for k in live if k not in saved and k != "__warningregistry__"]
+                if added:
+                    return f"{label}.{str(added[0])[:80]}"
+        return None
+
+    def run_harness(
+        channel: Channel,
+        msg: dict[str, Any],
+        public: dict[str, dict[str, Any]],
+        _seen: list[str] = seen,
+        _changed: Any = changed_shared_state,
+    ) -> None:
+        del _seen[:]
+        sys.setrecursionlimit(RECURSION_LIMIT)
+        logs = LogSink()
+        start = time.perf_counter()
+        answer, error, retire = None, None, False
+        try:
+            proxies = {name: ReadOnly(**attrs) for name, attrs in public.items()}
+            namespace = {"__builtins__": make_builtins(proxies, logs), "__name__": "harness"}
+            answer = call_harness(compile_source(msg["code"], "harness.py", _seen), msg, channel, namespace)
+        except ChannelClosed:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any harness failure is a recorded outcome
+            answer, error = None, failure_reason(exc)
+            # SystemExit, KeyboardInterrupt, ... or a MemoryError: this interpreter is not to be trusted again
+            retire = isinstance(exc, MemoryError) or not isinstance(exc, Exception)
+        proxies = namespace = None
+        gc.collect()  # the harness's finalizers run now, inside its own step time
+        changed = _changed()
+        if _seen:
+            error, retire = f"forbidden: {_seen[0]}", True
+        elif changed:
+            error, retire = f"forbidden: changed shared state: {changed}", True
+        elif _thread._count():
+            error, retire = "forbidden: started a thread", True
+        if error is not None:
+            answer = None
+        channel.send(
+            {
+                "op": "done",
+                "answer": answer,
+                "error": error,
+                "logs": logs.result(),
+                "harness_s": time.perf_counter() - start,
+                "retire": retire,
+                "secret": msg.get("secret"),
+            }
+        )
+
+    return run_harness
+
+
+def limit_resources(memory_mb: int, cpu_s: int, highest_fd: int) -> None:
     """OS limits the worker sets on itself after its imports: memory, CPU, no new files or processes."""
     soft_hard = [
-        (resource.RLIMIT_AS, memory_mb << 20),
-        (resource.RLIMIT_CPU, cpu_s),
-        (resource.RLIMIT_FSIZE, 0),
-        (resource.RLIMIT_NPROC, 0),
-        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_AS, memory_mb << 20, memory_mb << 20),
+        # SIGXCPU at the soft limit (a recognisable exit), SIGKILL a second later at the hard one.
+        (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
+        (resource.RLIMIT_FSIZE, 0, 0),
+        (resource.RLIMIT_NPROC, 0, 0),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_NOFILE, highest_fd + 1, highest_fd + 1),
     ]
-    for which, value in soft_hard:
+    for which, soft, hard in soft_hard:
         try:
-            resource.setrlimit(which, (value, value))
+            resource.setrlimit(which, (soft, hard))
         except (ValueError, OSError):
             pass
-    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, highest + 1))
 
 
-BLOCKED_EVENT_PREFIXES = (
-    "open",
-    "os.",
-    "subprocess.",
-    "socket.",
-    "shutil.",
-    "ctypes.",
-    "pty.",
-    "object.__getattr__",
-    "import",
-    "urllib.",
-    "signal.",
-    "resource.",
-    "fcntl.",
-    "mmap.",
-    "sqlite3.",
-    "code.__new__",
-    "function.__new__",
-)
-
-
-def forbid_system_access(event: str, args: tuple) -> None:
-    """Audit hook, the second layer under the static checks: once a harness may run, no file, process,
-    socket or frame-introspection event is allowed in this process, whatever path reached it."""
-    if event.startswith(BLOCKED_EVENT_PREFIXES):
+def forbid_system_access(event: str, args: tuple, _seen: list[str] = []) -> None:  # noqa: B006
+    """Audit hook: once a harness may run, no file, process, socket, import, thread-state or frame event
+    is allowed in this process, whatever path reached it. The rules are literals in this function's code
+    (not globals a harness could rebind); `_seen` is the rollout's record (see make_runner)."""
+    if event == "whale.refused":  # something the sandbox refused without raising here (an import)
+        _seen.append(f"{args[0]}"[:200])
+        return
+    if event.startswith(
+        (
+            "open", "os.", "posix.", "shutil.", "subprocess.", "pty.", "socket.", "ssl.", "http.", "urllib.",
+            "ftplib.", "smtplib.", "webbrowser.", "glob.", "tempfile.", "ctypes.", "mmap.", "fcntl.",
+            "signal.", "resource.", "sqlite3.", "syslog.", "import", "code.__new__", "function.__new__",
+            "object.__getattr__", "sys._getframe", "sys._current_frames", "sys._current_exceptions",
+            "sys.addaudithook", "sys.settrace", "sys.setprofile", "sys.monitoring", "sys.remote_exec",
+            "gc.", "marshal.", "pickle.", "cpython.", "builtins.input", "_thread.", "threading.",
+        )
+    ) or (
+        event in ("object.__setattr__", "object.__delattr__")
+        and args[1]
+        in ("__code__", "__defaults__", "__kwdefaults__", "__class__", "__bases__", "__dict__", "__globals__")
+    ):  # fmt: skip
+        _seen.append(event)
         raise RuntimeError(f"forbidden operation in harness: {event}")
 
 
@@ -241,8 +470,6 @@ def die_with_parent() -> None:
     """Have Linux SIGKILL this worker when the parent dies (even by kill -9): no harness outlives a run."""
     parent = int(os.environ.get("WHALE_PARENT_PID", "0"))
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
     except (OSError, AttributeError):
         pass
@@ -250,26 +477,149 @@ def die_with_parent() -> None:
         raise SystemExit(0)  # the parent is already gone
 
 
-def exec_snippet(channel: Channel, proxies: dict[str, types.SimpleNamespace]) -> None:
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # Landlock ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # Landlock ABI 6
+
+
+def restrict_network(landlock: Any, abi: int) -> None:
+    """A second Landlock layer (landlock.restrict covers the filesystem only): no TCP bind or connect to
+    any port, and from ABI 6 no connecting to abstract unix sockets outside the sandbox."""
+    libc = landlock._libc()
+    attr = landlock._RulesetAttr(
+        0, NET_BIND_TCP | NET_CONNECT_TCP, SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
+    )
+    size = ctypes.sizeof(attr) if abi >= 6 else 16
+    ruleset = libc.syscall(
+        ctypes.c_long(landlock.SYS_CREATE_RULESET),
+        ctypes.byref(attr),
+        ctypes.c_size_t(size),
+        ctypes.c_uint32(0),
+    )
+    if ruleset < 0:
+        raise landlock.LandlockError(ctypes.get_errno(), "landlock_create_ruleset (network)")
+    try:
+        if (
+            libc.syscall(ctypes.c_long(landlock.SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0))
+            < 0
+        ):
+            raise landlock.LandlockError(ctypes.get_errno(), "landlock_restrict_self (network)")
+    finally:
+        os.close(ruleset)
+
+
+def readable_paths() -> list[str]:
+    """What the worker may still read: the standard library, and each other module file already loaded."""
+    stdlib = os.path.dirname(string.__file__)
+    paths = {stdlib}
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None)
+        if isinstance(path, str) and not path.startswith(stdlib + os.sep):
+            paths.add(path)
+    return sorted(paths)
+
+
+def confine() -> dict[str, Any]:
+    """The OS layers: Landlock (filesystem, then network) and, for root, a switch to nobody. Returns the
+    status the hello frame carries; `problems` lists what could not be applied."""
+    status: dict[str, Any] = {"landlock": 0, "filesystem": False, "network": False, "problems": []}
+    if os.environ.get("WHALE_LANDLOCK", "on") == "off":
+        status["problems"].append("Landlock disabled by WHALE_LANDLOCK=off")
+    else:
+        try:
+            from whale.search import landlock
+
+            status["landlock"] = landlock.restrict(readable_paths(), [], [])
+            status["filesystem"] = True
+            if status["landlock"] >= 4:
+                restrict_network(landlock, status["landlock"])
+                status["network"] = True
+            else:
+                status["problems"].append(f"Landlock ABI {status['landlock']} < 4: TCP is not restricted")
+        except (OSError, ImportError, AttributeError) as exc:
+            status["problems"].append(f"Landlock not applied: {exc}")
+    if os.geteuid() == 0:
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+        except OSError as exc:
+            status["problems"].append(f"still root (RLIMIT_NPROC does not bind root): {exc}")
+        die_with_parent()  # a change of credentials clears the parent-death signal: set it again
+    status["uid"] = os.geteuid()
+    return status
+
+
+def snapshot_shared_state() -> list[tuple[str, Any, dict[str, Any]]]:
+    """Every loaded module's globals and every mutable class they define, as they are before any harness
+    runs (imports are refused afterwards, so the set of modules is final)."""
+    watched: list[tuple[str, Any, dict[str, Any]]] = []
+    classes: set[int] = set()
+    for name, mod in sorted(sys.modules.items()):
+        space = getattr(mod, "__dict__", None)
+        if not isinstance(space, dict):
+            continue
+        watched.append((name, space, dict(space)))
+        for key, value in list(space.items()):
+            flags = getattr(value, "__flags__", 0) if isinstance(value, type) else 0
+            if flags & (1 << 9) and not flags & (1 << 8) and id(value) not in classes:  # heap, mutable
+                classes.add(id(value))
+                watched.append((f"{name}.{key}", value.__dict__, dict(value.__dict__)))
+    return watched
+
+
+def sandbox_status_problems(status: Any) -> list[str]:
+    """Parent side: what a worker's sandbox status says is missing."""
+    if not isinstance(status, dict):
+        return ["the worker reported no sandbox status"]
+    return [str(p)[:300] for p in status.get("problems") or []][:10]
+
+
+_REPORTED: set[tuple[str, str]] = set()
+
+
+def report_degraded(problems: list[str], who: str) -> None:
+    """Parent side: say once per process, on stderr, which sandbox layer a worker could not apply."""
+    for problem in problems:
+        if (who, problem) not in _REPORTED:
+            _REPORTED.add((who, problem))
+            print(f"whale: warning: {who} run with a weaker sandbox: {problem}", file=sys.stderr, flush=True)
+
+
+def exec_snippet(channel: Channel, public: dict[str, dict[str, Any]], seen: list[str], status: dict) -> None:
     """One-shot mode for the math python tool: run a model-written snippet, return what it printed."""
     msg = channel.recv()
-    logs: list[str] = []
+    logs = LogSink()
     error = None
+    proxies = {name: ReadOnly(**attrs) for name, attrs in public.items()}
     try:
         namespace: dict[str, Any] = {"__builtins__": make_builtins(proxies, logs), "__name__": "snippet"}
-        exec(compile(msg["code"], "snippet.py", "exec"), namespace)  # noqa: S102 - the sandbox itself
+        exec(compile_source(msg["code"], "snippet.py", seen), namespace)  # noqa: S102 - the sandbox itself
+    except ChannelClosed:
+        raise
     except MemoryError:
         error = "MemoryError: the code exceeded its memory limit"
-    except Exception as exc:  # noqa: BLE001 - reported to the model as the tool's error
-        error = f"{type(exc).__name__}: {str(exc)[:300]}"
-    channel.send({"stdout": "".join(logs), "error": error})
+    except HarnessInvalid as exc:
+        error = str(exc)[:300]
+    except BaseException as exc:  # noqa: BLE001 - reported to the model as the tool's error
+        error = describe(exc)[:300]
+    if seen:
+        error = f"forbidden: {seen[0]}"
+    channel.send({"stdout": "".join(logs.result()), "error": error, "sandbox": status})
+
+
+def ignore_unraisable(unraisable: Any) -> None:
+    """sys.unraisablehook: the worker's stderr is /dev/null anyway."""
 
 
 def main() -> None:
     memory_mb, cpu_s = int(sys.argv[1]), int(sys.argv[2])
     one_shot = len(sys.argv) > 3 and sys.argv[3] == "--exec"
     die_with_parent()
-    proxies = {name: module_proxy(__import__(name)) for name in PRELOADED}
+    # A warning, or an exception raised in a finalizer, would be printed with its source line: reading
+    # it is refused, and would count against an innocent harness.
+    warnings.simplefilter("ignore")
+    sys.unraisablehook = ignore_unraisable
+    public = {name: public_attributes(__import__(name)) for name in PRELOADED}
     for name in LAZY_DEPENDENCIES:
         __import__(name)
     channel = Channel(os.dup(0), os.dup(1))
@@ -277,20 +627,30 @@ def main() -> None:
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    limit_resources(memory_mb, cpu_s)
-    sys.setrecursionlimit(500)
+    highest_fd = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    status = confine()
+    limit_resources(memory_mb, cpu_s, highest_fd)
+    sys.setrecursionlimit(RECURSION_LIMIT)
+    seen: list[str] = []
+    watched = snapshot_shared_state()
+    watched.append(("channel", vars(channel), dict(vars(channel))))
+    run_harness = make_runner(seen, watched)
+    del watched
+    forbid_system_access.__defaults__ = (seen,)
     sys.addaudithook(forbid_system_access)
     if one_shot:
-        exec_snippet(channel, proxies)
+        exec_snippet(channel, public, seen, status)
         return
-    channel.send({"op": "ready"})
+    channel.send({"op": "ready", "sandbox": status})
     while True:
         msg = channel.recv()
-        if msg["op"] == "run":
-            run_harness(channel, msg, proxies)
-        else:
+        if msg.get("op") != "run":
             return
+        run_harness(channel, msg, public)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ChannelClosed:
+        pass
