@@ -217,6 +217,8 @@ class Experiment:
         if st.eval_points == 0:
             self._evaluate("start")
             self._commit(weights_changed=False, boundary=True)
+        if self.runner.sandbox_problems and not st.finished:
+            self._event({"event": "sandbox_warning", "problems": self.runner.sandbox_problems})
         while not st.finished and not self.budget.exhausted:
             sched = ScheduleState(**st.schedule)
             if sched.kind == HARNESS and (st.proposer_spent or self._proposer_spent()):
