@@ -410,6 +410,13 @@ def main() -> None:
             raise
         print(f"whale: error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except OSError as exc:  # a full disk, a read-only folder: the run's last commit is intact
+        if "--debug" in sys.argv:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"whale: error: {where}{exc.strerror or exc} (fix it, then `whale run --resume <run dir>`)",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     except KeyboardInterrupt:
         print("whale: interrupted; resume with `whale run --resume <run dir>`", file=sys.stderr)
         sys.exit(130)

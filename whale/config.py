@@ -150,7 +150,7 @@ class RunnerConfig(Section):
 
 class Config(Section):
     name: str = "run"
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32)  # torch seeds are 64-bit; the engine uses seed * 1_000_003 + n
     model: ModelConfig = Field(default_factory=ModelConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     weights: WeightsConfig = Field(default_factory=WeightsConfig)
@@ -164,18 +164,45 @@ class Config(Section):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
 
+def _short_repr(value: Any, limit: int = 200) -> str:
+    """repr(value) cut to `limit` characters; never raises (an int past Python's 4300-digit str limit)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        text = f"<{type(value).__name__} too large to print>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _one_line(exc: ValidationError, where: str) -> str:
     err = exc.errors()[0]
     key = ".".join(str(p) for p in err["loc"]) or "<root>"
+    key = "".join(c if c.isprintable() else repr(c)[1:-1] for c in key)[:200]  # a key may hold a newline
     if err["type"] == "extra_forbidden":
         return f"{where}: unknown key '{key}'"
-    return f"{where}: {key}: {err['msg']} (got {err.get('input')!r})"
+    msg = " ".join(str(err["msg"]).split())
+    return f"{where}: {key}: {msg} (got {_short_repr(err.get('input'))})"
+
+
+def _parse_yaml(text: str, where: str) -> Any:
+    """yaml.safe_load whose every failure is a one-line ConfigError naming `where` (and the line)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{where}{line}: invalid YAML") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid YAML (nested too deeply)") from None
+    except ValueError as exc:  # e.g. an integer past Python's 4300-digit conversion limit
+        raise ConfigError(f"{where}: invalid YAML ({' '.join(str(exc).split())[:160]})") from None
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     """Set a dotted key; a plain string given for a whole section sets its name (`domain=chess`), and
     drops that section's `options`, which belonged to the previous name."""
     keys = dotted.split(".")
+    if not all(keys):
+        raise ConfigError(f"--set {dotted!r}: empty key (expected key.sub=value)")
     node = data
     for k in keys[:-1]:
         node = node.setdefault(k, {})
@@ -206,18 +233,19 @@ def load_config(
             names = ", ".join(sorted(p.stem for p in PRESETS.glob("*.yaml")))
             raise ConfigError(f"unknown preset '{preset}' (available: {names})")
     try:
-        data = yaml.safe_load(source.read_text()) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{source}{line}: invalid YAML") from None
+        text = source.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read ({exc.strerror or exc})") from None
+    data = _parse_yaml(text, str(source)) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: top level must be a mapping")
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value")
         key, raw = item.split("=", 1)
-        _set_dotted(data, key.strip(), yaml.safe_load(raw))
+        _set_dotted(data, key.strip(), _parse_yaml(raw, f"--set {item[:80]!r}"))
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

@@ -153,8 +153,8 @@ class Experiment:
             next_eval_at=self.cfg.eval.every_rollouts,
         )
         self.state = state
-        self._commit(weights_changed=False, boundary=False)
         append_jsonl(self.out / "events.jsonl", [{"event": "start", "config": self.cfg.model_dump()}])
+        self._commit(weights_changed=False, boundary=False)
         return state
 
     def _load_state(self) -> RunState:

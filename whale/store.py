@@ -3,6 +3,10 @@
 A run can be killed at any instant. Whole files are replaced atomically (temp file in the same folder,
 fsync, os.replace), so readers see the old or the new version, never half of one. JSONL logs are appended
 in one write per batch; a crash can only tear the last line, which readers ignore and appenders cut off.
+
+A write that fails (a full disk: ENOSPC, a quota: EDQUOT) raises OSError naming the file it was writing
+and leaves the old content: a failed atomic write removes its temp file, a failed append is cut back to
+the file's previous length.
 """
 
 from __future__ import annotations
@@ -41,6 +45,14 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
+def _named(exc: OSError, path: Path) -> OSError:
+    """`exc` naming `path` when it names no file (a failed write() does not): a full disk then reads
+    "[Errno 28] No space left on device: '<run>/state.json'"."""
+    if exc.filename is None and exc.errno is not None:
+        return OSError(exc.errno, exc.strerror, str(path))
+    return exc
+
+
 def _atomic_write_bytes(path: PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,10 +64,21 @@ def _atomic_write_bytes(path: PathLike, data: bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; results should read like any written file
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        named = _named(exc, path)
+        if named is exc:
+            raise
+        raise named from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> None:
+    """Replace path with data so that a crash or a full disk leaves either the old or the new file."""
+    _atomic_write_bytes(path, data)
 
 
 def atomic_write_text(path: PathLike, text: str) -> None:
@@ -129,6 +152,7 @@ def append_jsonl(path: PathLike, records: list[dict[str, Any]]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(json.dumps(r, default=str) + "\n" for r in records).encode("utf-8")
+    size = 0
     if path.exists():
         tail = _torn_tail_offset(path)
         if tail is not None:
@@ -139,10 +163,21 @@ def append_jsonl(path: PathLike, records: list[dict[str, Any]]) -> None:
                 data = b"\n" + data
             else:
                 os.truncate(path, tail)
-    with open(path, "ab") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+        size = path.stat().st_size
+    try:
+        with open(path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        try:  # a partial write would leave a torn record; cutting it back needs no space
+            os.truncate(path, size)
+        except OSError:
+            pass
+        named = _named(exc, path)
+        if named is exc:
+            raise
+        raise named from exc
 
 
 def read_jsonl(path: PathLike) -> list[dict[str, Any]]:

@@ -51,16 +51,44 @@ class Domain(Protocol):
         ...
 
 
+def utf8_error(path: str | Path) -> ValueError:
+    """`path:line: not UTF-8 text`, for a decoding error met while reading a user's file. The line is
+    found by decoding the file line by line (a line break never falls inside a UTF-8 sequence)."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return ValueError(f"{path}:{lineno}: not UTF-8 text (byte {e.start} of the line)")
+    return ValueError(f"{path}: not UTF-8 text")
+
+
+def read_user_text(path: str | Path) -> str:
+    """A user's data file as text (UTF-8, a leading byte-order mark dropped); a file that is not UTF-8
+    fails with `path:line: not UTF-8 text`."""
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise utf8_error(path) from None
+
+
 def read_jsonl_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-blank line of a user's JSONL file; errors name path:line."""
+    """(line number, object) for every non-blank line of a user's JSONL file; errors name path:line.
+
+    Lines end at "\n" only: JSON strings may hold U+2028 and other characters that str.splitlines()
+    would also split on."""
     rows = []
-    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(read_user_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+        except RecursionError:
+            raise ValueError(f"{path}:{lineno}: invalid JSON (nested too deeply)") from None
+        except ValueError as e:  # an integer past Python's 4300-digit conversion limit
+            raise ValueError(f"{path}:{lineno}: invalid JSON ({str(e).split(';')[0][:120]})") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         rows.append((lineno, row))

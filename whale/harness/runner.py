@@ -136,6 +136,23 @@ class RolloutRunner:
         queue = deque(enumerate(jobs))
         results: dict[int, Rollout] = {}
         busy: dict[int, tuple[int, _Worker]] = {}  # fd -> (job index, worker)
+        try:
+            self._drive(queue, results, busy, on_done)
+        except BaseException:
+            for fd, (_, w) in list(busy.items()):  # an engine error: no worker outlives the batch
+                self.selector.unregister(w.proc.stdout)
+                self._kill(w)
+                del busy[fd]
+            raise
+        return [results[i] for i in range(len(jobs))]
+
+    def _drive(
+        self,
+        queue: deque,
+        results: dict[int, Rollout],
+        busy: dict[int, tuple[int, _Worker]],
+        on_done: Callable[[Rollout], None] | None,
+    ) -> None:
         while queue or busy:
             while queue and len(busy) < self.limits.workers:
                 index, job = queue.popleft()
@@ -159,7 +176,6 @@ class RolloutRunner:
             waiting = [w for _, w in busy.values() if w.request is not None]
             if waiting and len(waiting) == len(busy):
                 self._serve_model(waiting)
-        return [results[i] for i in range(len(jobs))]
 
     def _spawn(self) -> _Worker:
         env = {

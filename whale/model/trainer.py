@@ -6,6 +6,7 @@ without a reload.
 
 from __future__ import annotations
 
+import io
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from whale.store import atomic_write_bytes
 
 
 @dataclass
@@ -132,14 +135,14 @@ class Trainer:
 
     def save(self, folder: Path) -> None:
         """Trainable weights (the adapter under LoRA) and optimizer state: enough to resume exactly."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file(
-            {k: v.contiguous() for k, v in self.trainable_state().items()},
-            str(folder / "weights.safetensors"),
-        )
-        torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, folder / "optimizer.pt")
+        weights = save({k: v.contiguous() for k, v in self.trainable_state().items()})
+        optimizer = io.BytesIO()
+        torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, optimizer)
+        # through the store: a full disk is an OSError naming the file, not a torch serializer error
+        atomic_write_bytes(folder / "weights.safetensors", weights)
+        atomic_write_bytes(folder / "optimizer.pt", optimizer.getvalue())
 
     def load(self, folder: Path) -> None:
         from safetensors.torch import load_file
