@@ -422,7 +422,8 @@ def test_an_agent_killed_mid_session_gives_a_proposal_with_a_note(tmp_path):
         wait_until(lambda: (written / "pids.txt").is_file() and (written / "half.py").is_file(), 30,
                    "the agent to write its files")  # fmt: skip
         agent_pid, grandchild = map(int, (written / "pids.txt").read_text().split())
-        assert agent_pid == agent
+        ppid = int(Path(f"/proc/{agent_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert ppid == agent  # the agent runs under the sandbox wrapper, its subreaper
         os.killpg(agent, signal.SIGKILL)  # from outside: as the OOM killer or a user would
         thread.join(30)
     finally:

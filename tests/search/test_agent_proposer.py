@@ -109,6 +109,17 @@ def test_hanging_agent_is_killed_with_its_whole_process_group(archive):
     assert not _alive(agent_pid) and not _alive(grandchild)
 
 
+@pytest.mark.parametrize("mode, timeout", [("exit", 30.0), ("hang", 2.0)])
+def test_a_daemon_that_left_the_process_group_dies_with_the_session(archive, mode, timeout):
+    """setsid() takes a process out of the group kill; the wrapper, its subreaper, kills it anyway."""
+    AgentProposer(config("daemon.py", mode, timeout_s=timeout), ProposerUsage()).propose(request(archive))
+    daemon = int((only_session(archive) / "proposals" / "daemon.txt").read_text())
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and _alive(daemon):
+        time.sleep(0.05)
+    assert not _alive(daemon)
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -205,8 +205,13 @@ class AgentProposer:
                 returncode = proc.wait(timeout=cfg.timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
+                proc.terminate()  # the wrapper kills every descendant, setsid() ones included
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
             finally:
-                kill_group(proc.pid)  # the agent's children too, also after a normal exit
+                kill_group(proc.pid)  # whatever is left of the group, also after a normal exit
                 if returncode is None:
                     returncode = proc.wait()
         seconds = time.monotonic() - started

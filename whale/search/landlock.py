@@ -7,7 +7,9 @@ only and never imports whale, so it runs as a script:
     python -I landlock.py '<rules json>' -- program arg...
 
 The wrapper sets PR_SET_NO_NEW_PRIVS (required by Landlock), PR_SET_PDEATHSIG (the program dies with
-the process that started it), restricts itself to the rules, then execs the program. With "enforce":
+the process that started it), restricts itself to the rules, then runs the program as its child and
+stays as its subreaper: on the program's exit, or on SIGTERM, it kills everything the program left
+behind, including processes that escaped its process group with setsid(). With "enforce":
 true it fails closed: if the sandbox cannot be applied the program is not started (exit status 126).
 
 Rules: {"read": [paths], "write": [paths], "devices": [paths], "enforce": bool, "parent_pid": int}.
@@ -39,6 +41,7 @@ CREATE_RULESET_VERSION = 1
 RULE_PATH_BENEATH = 1
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER = 36
 
 EXECUTE = 1 << 0
 WRITE_FILE = 1 << 1
@@ -201,12 +204,62 @@ def main(args: list[str]) -> int:
     else:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     sys.stderr.flush()
-    try:
-        os.execv(argv[0], argv)
-    except OSError as exc:
-        print(f"whale landlock: cannot execute {argv[0]}: {exc}", file=sys.stderr)
-        return 127
-    return 127  # not reached
+    return supervise(argv)
+
+
+def _children() -> list[int]:
+    """This process's live children, read from /proc (orphans of the program are reparented here)."""
+    me, found = str(os.getpid()), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[1] == me and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every child until none is left; as each dies, its own children are reparented here (we
+    are their subreaper), so daemonised or setsid() descendants cannot outlive the session."""
+    while True:
+        for pid in _children():
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        try:
+            if os.waitpid(-1, 0)[0] == 0:
+                continue
+        except ChildProcessError:
+            return
+
+
+def supervise(argv: list[str]) -> int:
+    """Run argv as a child and stay as its subreaper: when it exits, or when we get SIGTERM (the session
+    timed out), every process it left behind is killed, even those that left its process group."""
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execv(argv[0], argv)
+        except OSError as exc:
+            print(f"whale landlock: cannot execute {argv[0]}: {exc}", file=sys.stderr)
+        os._exit(127)
+
+    def stop(*_: object) -> None:
+        _kill_descendants()
+        os._exit(124)
+
+    signal.signal(signal.SIGTERM, stop)
+    _, status = os.waitpid(pid, 0)
+    _kill_descendants()
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
 if __name__ == "__main__":
