@@ -158,9 +158,10 @@ def _rusage_mib(who: int) -> float:
     return resource.getrusage(who).ru_maxrss * scale / 2**20
 
 
-def _vm_hwm_mib() -> float | None:
+def vm_hwm_mib(pid: int | str = "self") -> float | None:
+    """A process's peak resident set (VmHWM) in MiB, from /proc; None where there is no such file."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     except OSError:
@@ -170,12 +171,12 @@ def _vm_hwm_mib() -> float | None:
 
 @contextmanager
 def memory_probe(into: dict[str, Any]) -> Iterator[None]:
-    """Fill `into` with this part's memory figures.
+    """Fill `into` with this part's peak memory.
 
-    maxrss_mib is getrusage's process high-water mark at the end of the part (it never goes down, so it
-    includes earlier parts); peak_rss_mib is the peak during this part alone, from VmHWM after resetting it
-    through /proc/self/clear_refs (None where that is not possible); children_maxrss_mib is the largest
-    finished child process (the sandbox workers) so far.
+    The peak is reset when the part starts (writing 5 to /proc/self/clear_refs, Linux), so that both
+    `maxrss_mib` (getrusage's ru_maxrss) and `peak_rss_mib` (/proc VmHWM) are this part's own peak. Where the
+    reset is refused, `reset` is false and maxrss_mib is the process's high-water mark so far, earlier parts
+    included.
     """
     try:
         Path("/proc/self/clear_refs").write_text("5")
@@ -185,10 +186,10 @@ def memory_probe(into: dict[str, Any]) -> Iterator[None]:
     try:
         yield
     finally:
+        hwm = vm_hwm_mib()
+        into["reset"] = reset
         into["maxrss_mib"] = round(_rusage_mib(resource.RUSAGE_SELF), 1)
-        hwm = _vm_hwm_mib() if reset else None
-        into["peak_rss_mib"] = None if hwm is None else round(hwm, 1)
-        into["children_maxrss_mib"] = round(_rusage_mib(resource.RUSAGE_CHILDREN), 1)
+        into["peak_rss_mib"] = None if hwm is None or not reset else round(hwm, 1)
 
 
 # ---- roofline ------------------------------------------------------------------------------------------
@@ -218,10 +219,18 @@ def best_matmul(m: int, k: int, n: int, dtype: Any, min_s: float, samples: int) 
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(m, k, generator=gen).to(dtype)
     b = torch.randn(k, n, generator=gen).to(dtype)
-    start = time.perf_counter()
-    torch.matmul(a, b)  # warm-up, and a first estimate of one call
-    one = max(time.perf_counter() - start, 1e-7)
-    iters = max(1, min(10_000, int(min_s / one)))
+    for _ in range(3):
+        torch.matmul(a, b)  # warm-up: first calls pay for kernel selection and allocation
+    iters, elapsed = 1, 0.0
+    while True:  # calibrate: double the count until one sample takes a quarter of min_s
+        start = time.perf_counter()
+        for _ in range(iters):
+            torch.matmul(a, b)
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_s / 4 or iters >= 1 << 14:
+            break
+        iters *= 2
+    iters = max(1, min(1 << 16, int(iters * min_s / max(elapsed, 1e-9))))
     best = float("inf")
     for _ in range(samples):
         start = time.perf_counter()
@@ -245,8 +254,8 @@ def bench_roofline(model: Any, settings: BenchSettings, log: Callable[[str], Non
         log(f"roofline: {name} matmuls")
         rows = []
         for label, (mm, kk, nn) in shapes.items():
-            row = {"name": label, "dtype": name, **best_matmul(mm, kk, nn, dtype, *_matmul_budget(settings))}
-            rows.append(row)
+            timing = best_matmul(mm, kk, nn, dtype, settings.matmul_min_s, settings.matmul_samples)
+            rows.append({"name": label, "dtype": name, **timing})
         out["matmul"] += rows
         peak = max(r["gflops"] for r in rows)
         out["peak_gflops"][name] = peak
@@ -256,10 +265,6 @@ def bench_roofline(model: Any, settings: BenchSettings, log: Callable[[str], Non
     out["bound_dtype"] = model_dtype if model_dtype in out["bound_tokens_per_s"] else "float32"
     out["bound"] = out["bound_tokens_per_s"][out["bound_dtype"]]
     return out
-
-
-def _matmul_budget(settings: BenchSettings) -> tuple[float, int]:
-    return settings.matmul_min_s, settings.matmul_samples
 
 
 # ---- engine vs transformers.generate ----------------------------------------------------------------------
@@ -534,15 +539,24 @@ def bench_trainer(
             "completion_tokens_per_s": completion / seconds, "total_tokens_per_s": total / seconds, **extra,
         }  # fmt: skip
 
-    whale_side = side(whale_s, setup_s, reported_tokens=stats["tokens"], optimizer_steps=stats["optimizer_steps"])
-    base_side = side(base["seconds"], base["setup_s"], **{k: v for k, v in base.items() if k == "padded_tokens"})
+    whale_side = side(
+        whale_s, setup_s, reported_tokens=stats["tokens"], optimizer_steps=stats["optimizer_steps"]
+    )
+    base_side = side(
+        base["seconds"], base["setup_s"], **{k: v for k, v in base.items() if k == "padded_tokens"}
+    )
     return {
         "baseline": label,
         "baseline_kind": "trl" if use_trl else "naive",
         "examples": len(examples),
         "config": {
-            "lora_r": cfg.lora_r, "lora_alpha": cfg.lora_alpha, "lr": cfg.lr, "minibatch": cfg.minibatch,
-            "micro_batch": cfg.micro_batch, "epochs": cfg.epochs, "max_grad_norm": cfg.max_grad_norm,
+            "lora_r": cfg.lora_r,
+            "lora_alpha": cfg.lora_alpha,
+            "lr": cfg.lr,
+            "minibatch": cfg.minibatch,
+            "micro_batch": cfg.micro_batch,
+            "epochs": cfg.epochs,
+            "max_grad_norm": cfg.max_grad_norm,
         },  # fmt: skip
         "tokens_counted": "completion: masked-in target tokens (mask[1:]); total: every real token",
         "whale": whale_side,
@@ -629,8 +643,10 @@ def bench_rollout(
                 "engine_tokens_per_s": engine.tokens / engine.seconds if engine.seconds else 0.0,
                 "overhead": (wall - engine.seconds) / wall,
             }
+        workers = [vm_hwm_mib(w.proc.pid) for w in runner.idle]  # before close() ends them
     finally:
         runner.close()
+    workers = [w for w in workers if w is not None]
     return {
         "domain": "math",
         "harness": "3 llm.chat calls + 1 calculator call per rollout",
@@ -641,6 +657,11 @@ def bench_rollout(
         "sandbox_problems": list(runner.sandbox_problems),
         "runs": runs,
         "overhead": runs["warm"]["overhead"],
+        "worker_peak_rss_mib": {
+            "count": len(workers),
+            "max": max(workers, default=None),
+            "sum": round(sum(workers), 1),
+        },  # fmt: skip
     }
 
 
@@ -742,15 +763,16 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
 
     roof = result["roofline"]
     table = Table(title="roofline: best matmul GFLOP/s")
-    for col in ("shape [m x k] @ [k x n]", "name", "dtype", "GFLOP/s"):
+    for col in ("shape \\[m x k] @ \\[k x n]", "name", "dtype", "GFLOP/s"):
         table.add_column(col)
     for r in roof["matmul"]:
         mm, kk, nn = r["shape"]
-        table.add_row(f"[{mm}x{kk}]@[{kk}x{nn}]", r["name"], r["dtype"], _f(r["gflops"]))
+        table.add_row(f"\\[{mm}x{kk}] @ \\[{kk}x{nn}]", r["name"], r["dtype"], _f(r["gflops"]))
     console.print(table)
     console.print(
-        f"bound ({roof['bound_dtype']}): {_f(roof['bound'])} tokens/s = peak {_f(roof['peak_gflops'][roof['bound_dtype']])} "
-        f"GFLOP/s / {roof['model']['flops_per_token']:,} FLOPs/token\n[dim]{roof['model']['formula']}[/dim]"
+        f"bound ({roof['bound_dtype']}): {_f(roof['bound'])} tokens/s = peak "
+        f"{_f(roof['peak_gflops'][roof['bound_dtype']])} GFLOP/s / {roof['model']['flops_per_token']:,} "
+        f"FLOPs/token\n[dim]{roof['model']['formula']}[/dim]"
     )
 
     table = Table(title=f"engine: greedy, {result['engine']['max_new_tokens']} new tokens max")
@@ -785,18 +807,26 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
     for phase, r in ro["runs"].items():
         table.add_row(
             f"{ro['workers']} ({phase})", str(r["rollouts"]), str(r["failed"]), _f(r["wall_s"], 2),
-            _f(r["engine_s"], 2), str(r["generated_tokens"]), _f(r["tokens_per_s"]), f"{100 * r['overhead']:.1f}%",
+            _f(r["engine_s"], 2), str(r["generated_tokens"]), _f(r["tokens_per_s"]),
+            f"{100 * r['overhead']:.1f}%",
         )  # fmt: skip
     console.print(table)
 
-    table = Table(title="peak memory (MiB)")
-    for col in ("part", "peak in part", "process maxrss so far", "children maxrss"):
+    table = Table(title="peak memory of the bench process (MiB)")
+    for col in ("part", "getrusage maxrss", "VmHWM", "scope"):
         table.add_column(col, justify="right")
     for part in ("roofline", "engine", "trainer", "rollout"):
         mem = result[part]["memory"]
         peak = "n/a" if mem["peak_rss_mib"] is None else _f(mem["peak_rss_mib"], 0)
-        table.add_row(part, peak, _f(mem["maxrss_mib"], 0), _f(mem["children_maxrss_mib"], 0))
+        scope = "this part" if mem["reset"] else "process so far"
+        table.add_row(part, _f(mem["maxrss_mib"], 0), peak, scope)
     console.print(table)
+    w = ro["worker_peak_rss_mib"]
+    if w["count"]:
+        console.print(
+            f"sandbox workers: {w['count']}, peak RSS {_f(w['max'], 0)} MiB each at most, "
+            f"{_f(w['sum'], 0)} MiB in all"
+        )
 
     table = Table(title="targets")
     for col in ("figure", "value", "target", "met"):

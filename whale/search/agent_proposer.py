@@ -256,6 +256,8 @@ class AgentProposer:
                 parts.append("sandbox setup failed, agent not started")
         else:
             parts.append("landlock unavailable: writes outside proposals/ are detected, not prevented")
+        if os.geteuid() == 0:
+            parts.append("agent ran as root: it could read whale's environment in /proc; run whale as a user")
         if missing:
             parts.append(f"missing sandbox paths: {_listing(missing)}")
         if violations:
