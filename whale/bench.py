@@ -332,7 +332,8 @@ def run_hf_generate(
 
 def bench_engine(
     model: Any, tokenizer: Any, settings: BenchSettings, bound: float, log: Callable[[str], None]
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[Any]]:
+    """The engine section, and the engine's generations for the largest batch (the trainer's data)."""
     from whale.model.engine import GenerationRequest, SamplingParams
     from whale.model.hf_engine import HFEngine
 
@@ -341,7 +342,7 @@ def bench_engine(
     warm = bench_prompts(2)
     warm_engine.generate([GenerationRequest(m, SamplingParams(0.0, max_tokens=2)) for m in warm], seed=SEED)
     run_hf_generate(model, tokenizer, warm, 2, warm_engine.eos_ids)
-    runs = []
+    runs, largest = [], []
     for batch in settings.batch_sizes:
         prompts = bench_prompts(batch)
         engine = HFEngine(model, tokenizer, max_batch=batch)
@@ -349,6 +350,8 @@ def bench_engine(
         start = time.perf_counter()
         gens = engine.generate([GenerationRequest(m, greedy) for m in prompts], seed=SEED)
         engine_s = time.perf_counter() - start
+        if batch == max(settings.batch_sizes):
+            largest = gens
         log(f"engine: batch {batch}: transformers model.generate")
         hf_completions, prompt_lens, hf_s = run_hf_generate(
             model, tokenizer, prompts, settings.max_new_tokens, engine.eos_ids
@@ -383,13 +386,14 @@ def bench_engine(
                 "greedy_match": all(matching),
             }
         )
-    return {
+    section = {
         "sampling": "greedy (temperature 0), stop at EOS, left padding",
         "max_new_tokens": settings.max_new_tokens,
         "tokens_counted": "completion tokens up to and including the first EOS, per row",
         "runs": runs,
         "greedy_match": all(r["greedy_match"] for r in runs),
     }
+    return section, largest
 
 
 # ---- trainer vs SFTTrainer / naive loop --------------------------------------------------------------------
@@ -459,24 +463,29 @@ def train_naive(model: Any, examples: list[Any], pad_id: int, cfg: Any) -> dict[
 
 def train_sft(model: Any, tokenizer: Any, examples: list[Any], cfg: Any, workdir: Path) -> dict[str, Any]:
     """TRL's SFTTrainer on the same pre-tokenized examples (labels -100 outside the completion), same LoRA
-    config, batch, accumulation, learning rate (constant) and clipping; CPU, no logging, no checkpoints."""
+    config, batch, accumulation, learning rate (constant) and clipping; CPU, no logging, no checkpoints, no
+    gradient checkpointing (TRL's default turns it on; whale trades no compute for memory either)."""
+    import pyarrow
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
     start = time.perf_counter()
-    data = Dataset.from_dict(
+    # Built from an Arrow table with a fixed fingerprint: hashing the data is not what is measured (and some
+    # datasets/dill/pyarrow combinations cannot hash it at all).
+    table = pyarrow.table(
         {
             "input_ids": [e.ids for e in examples],
             "labels": [[t if k else -100 for t, k in zip(e.ids, e.mask, strict=True)] for e in examples],
         }
     )
+    data = Dataset(table, fingerprint="whale-bench")
     args = SFTConfig(
         output_dir=str(workdir), per_device_train_batch_size=cfg.micro_batch,
         gradient_accumulation_steps=max(1, cfg.minibatch // cfg.micro_batch), learning_rate=cfg.lr,
         weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm, num_train_epochs=cfg.epochs,
         lr_scheduler_type="constant", warmup_steps=0, logging_strategy="no", save_strategy="no",
         report_to="none", use_cpu=True, seed=SEED, max_length=None, disable_tqdm=True,
-        dataloader_num_workers=0, dataset_kwargs={"skip_prepare_dataset": True},
+        dataloader_num_workers=0, dataset_kwargs={"skip_prepare_dataset": True}, gradient_checkpointing=False,
     )  # fmt: skip
     trainer = SFTTrainer(
         model=model, args=args, train_dataset=data, processing_class=tokenizer,
@@ -492,25 +501,21 @@ def train_sft(model: Any, tokenizer: Any, examples: list[Any], cfg: Any, workdir
 def trl_available() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("trl") is not None and importlib.util.find_spec("datasets") is not None
+    return all(importlib.util.find_spec(m) is not None for m in ("trl", "datasets", "pyarrow"))
 
 
 def bench_trainer(
     model: Any, tokenizer: Any, examples: list[Any], settings: BenchSettings, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    import torch
 
-    from whale.model.trainer import Trainer, TrainerConfig, token_nll
+    from whale.model.trainer import Trainer, TrainerConfig
 
     cfg = TrainerConfig(lora=True, minibatch=settings.minibatch, micro_batch=settings.micro_batch)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     completion = sum(sum(e.mask[1:]) for e in examples)  # targets: a token predicted from the one before
     total = sum(len(e.ids) for e in examples)
-    # One untimed forward and backward on a throwaway copy warms the allocator for whichever side runs first.
-    warm = copy.deepcopy(model)
-    nll, count = token_nll(warm, examples[: settings.micro_batch], pad_id)
-    (nll / max(count, 1)).backward()
-    del warm, nll
+    # One untimed LoRA step on a throwaway copy warms peft, autograd and AdamW for whichever side runs first.
+    train_naive(copy.deepcopy(model), examples[: settings.minibatch], pad_id, cfg)
 
     log(f"trainer: whale Trainer on {len(examples)} examples")
     start = time.perf_counter()
@@ -521,17 +526,19 @@ def bench_trainer(
     whale_s = time.perf_counter() - start
     del trainer
 
-    use_trl = trl_available()
-    label = "trl.SFTTrainer" if use_trl else "naive peft+torch loop (pad to longest in micro-batch)"
-    log(f"trainer: baseline {label}")
-    base_model = copy.deepcopy(model)
-    if use_trl:
-        with tempfile.TemporaryDirectory(prefix="whale-bench-sft-") as tmp:
-            base = train_sft(base_model, tokenizer, examples, cfg, Path(tmp))
-    else:
-        base = train_naive(base_model, examples, pad_id, cfg)
-    del base_model
-    torch.set_grad_enabled(True)
+    base, label, kind, trl_error = None, "trl.SFTTrainer", "trl", None
+    if trl_available():
+        log("trainer: baseline trl.SFTTrainer")
+        try:
+            with tempfile.TemporaryDirectory(prefix="whale-bench-sft-") as tmp:
+                base = train_sft(copy.deepcopy(model), tokenizer, examples, cfg, Path(tmp))
+        except Exception as exc:  # noqa: BLE001 - an incompatible trl install falls back to the naive loop
+            trl_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            log(f"trainer: trl.SFTTrainer failed ({trl_error}); using the naive loop")
+    if base is None:
+        label, kind = "naive peft+torch loop (pad to longest in micro-batch)", "naive"
+        log(f"trainer: baseline {label}")
+        base = train_naive(copy.deepcopy(model), examples, pad_id, cfg)
 
     def side(seconds: float, setup: float, **extra: Any) -> dict[str, Any]:
         return {
@@ -547,7 +554,8 @@ def bench_trainer(
     )
     return {
         "baseline": label,
-        "baseline_kind": "trl" if use_trl else "naive",
+        "baseline_kind": kind,
+        "trl_error": trl_error,
         "examples": len(examples),
         "config": {
             "lora_r": cfg.lora_r,
@@ -672,15 +680,15 @@ def run_bench(model: str, out: Path, quick: bool, console: Any) -> dict[str, Any
     """Run every part on `model` ("embedded", "tiny", or a folder); write `<out>/bench.json`; print tables."""
     import torch
 
-    from whale.model.engine import GenerationRequest, SamplingParams
-    from whale.model.hf_engine import HFEngine
     from whale.model.loading import load_model
 
     settings = QUICK if quick else FULL
     started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)  # before minutes of work, so an unwritable folder fails first
 
     def log(message: str) -> None:
         console.print(f"[dim]{time.perf_counter() - started:7.1f}s  {message}[/dim]", highlight=False)
+        console.file.flush()
 
     log(f"loading model {model!r}")
     lm, tokenizer = load_model(model, SEED)
@@ -701,14 +709,9 @@ def run_bench(model: str, out: Path, quick: bool, console: Any) -> dict[str, Any
         result["roofline"]["memory"] = mem
         mem = {}
         with memory_probe(mem):
-            result["engine"] = bench_engine(lm, tokenizer, settings, result["roofline"]["bound"], log)
+            result["engine"], gens = bench_engine(lm, tokenizer, settings, result["roofline"]["bound"], log)
         result["engine"]["memory"] = mem
-        # The trainer trains on what the engine generates for the largest batch of prompts.
-        greedy = SamplingParams(temperature=0.0, max_tokens=settings.max_new_tokens)
-        prompts = bench_prompts(max(settings.batch_sizes))
-        gens = HFEngine(lm, tokenizer, max_batch=len(prompts)).generate(
-            [GenerationRequest(m, greedy) for m in prompts], seed=SEED
-        )
+    # The trainer trains on what the engine generated for the largest batch of prompts.
     examples = train_examples(tokenizer, gens, settings.train_examples)
     mem = {}
     with torch.enable_grad(), memory_probe(mem):
@@ -721,7 +724,6 @@ def run_bench(model: str, out: Path, quick: bool, console: Any) -> dict[str, Any
     result["machine"]["loadavg_end"] = list(os.getloadavg())
     result["elapsed_s"] = time.perf_counter() - started
     result["verdicts"] = verdicts(result)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "bench.json"
     path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print_tables(result, console)

@@ -219,6 +219,19 @@ def status(
         console.print(line, highlight=False)
 
 
+@app.command()
+def bench(
+    model: Annotated[str, typer.Option(help="embedded, tiny, or a model folder.")] = "embedded",
+    out: Annotated[Path, typer.Option(help="Where bench.json goes.")] = Path("bench/results"),
+    quick: Annotated[bool, typer.Option(help="Small sizes: a smoke run in well under a minute.")] = False,
+) -> None:
+    """Engine vs transformers.generate and the matmul roofline, trainer vs a Hugging Face baseline, rollout
+    pipeline vs bare engine time, peak memory: side by side in one run, with ratios (docs/performance.md)."""
+    from whale.bench import run_bench
+
+    run_bench(model, out, quick, console)
+
+
 archive_app = typer.Typer(no_args_is_help=True, help="Browse a run's harness archive.")
 app.add_typer(archive_app, name="archive")
 
