@@ -112,7 +112,7 @@ COUNTS = ("unit", "weight_steps", "search_iters", "eval_points", "incumbent", "f
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["whale-adaptive", "fast-slow", "stagewise", "harness-only"])
+@pytest.mark.parametrize("method", ["whale-adaptive", "fast-slow", "harness-only"])
 def test_killed_and_resumed_run_ends_with_the_same_counts_as_an_uninterrupted_one(compared, tmp_path, method):
     reference = read_json(compared[0] / method / "seed0" / "state.json")
     out = tmp_path / "run"
