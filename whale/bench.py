@@ -66,7 +66,7 @@ QUICK = BenchSettings(
     minibatch=4, micro_batch=2, rollout_tasks=4, rollout_workers=4, rollout_max_tokens=6,
 )  # fmt: skip
 FULL = BenchSettings(
-    batch_sizes=(16, 64), max_new_tokens=64, matmul_min_s=0.3, matmul_samples=5, train_examples=128,
+    batch_sizes=(16, 64), max_new_tokens=48, matmul_min_s=0.2, matmul_samples=3, train_examples=64,
     minibatch=32, micro_batch=16, rollout_tasks=32, rollout_workers=32, rollout_max_tokens=32,
 )  # fmt: skip
 
@@ -158,11 +158,11 @@ def _rusage_mib(who: int) -> float:
     return resource.getrusage(who).ru_maxrss * scale / 2**20
 
 
-def vm_hwm_mib(pid: int | str = "self") -> float | None:
-    """A process's peak resident set (VmHWM) in MiB, from /proc; None where there is no such file."""
+def vm_hwm_mib(pid: int | str = "self", field: str = "VmHWM") -> float | None:
+    """A process's peak (VmHWM) or current (VmRSS) resident set in MiB, from /proc; None where not there."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
@@ -176,8 +176,11 @@ def memory_probe(into: dict[str, Any]) -> Iterator[None]:
     The peak is reset when the part starts (writing 5 to /proc/self/clear_refs, Linux), so that both
     `maxrss_mib` (getrusage's ru_maxrss) and `peak_rss_mib` (/proc VmHWM) are this part's own peak. Where the
     reset is refused, `reset` is false and maxrss_mib is the process's high-water mark so far, earlier parts
-    included.
+    included. `rss_start_mib` is the resident set when the part starts: memory that earlier parts freed but
+    the allocator kept counts towards the peak too.
     """
+    rss = vm_hwm_mib(field="VmRSS")
+    into["rss_start_mib"] = None if rss is None else round(rss, 1)
     try:
         Path("/proc/self/clear_refs").write_text("5")
         reset = True
@@ -467,6 +470,7 @@ def train_sft(model: Any, tokenizer: Any, examples: list[Any], cfg: Any, workdir
     gradient checkpointing (TRL's default turns it on; whale trades no compute for memory either)."""
     import pyarrow
     from datasets import Dataset
+    from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     start = time.perf_counter()
@@ -491,6 +495,7 @@ def train_sft(model: Any, tokenizer: Any, examples: list[Any], cfg: Any, workdir
         model=model, args=args, train_dataset=data, processing_class=tokenizer,
         peft_config=_lora_config(cfg, model),
     )  # fmt: skip
+    trainer.remove_callback(PrinterCallback)  # it prints the final metrics dict even with logging off
     setup_s = time.perf_counter() - start
     start = time.perf_counter()
     trainer.train()
@@ -507,7 +512,6 @@ def trl_available() -> bool:
 def bench_trainer(
     model: Any, tokenizer: Any, examples: list[Any], settings: BenchSettings, log: Callable[[str], None]
 ) -> dict[str, Any]:
-
     from whale.model.trainer import Trainer, TrainerConfig
 
     cfg = TrainerConfig(lora=True, minibatch=settings.minibatch, micro_batch=settings.micro_batch)
@@ -515,7 +519,7 @@ def bench_trainer(
     completion = sum(sum(e.mask[1:]) for e in examples)  # targets: a token predicted from the one before
     total = sum(len(e.ids) for e in examples)
     # One untimed LoRA step on a throwaway copy warms peft, autograd and AdamW for whichever side runs first.
-    train_naive(copy.deepcopy(model), examples[: settings.minibatch], pad_id, cfg)
+    train_naive(copy.deepcopy(model), examples[: settings.micro_batch], pad_id, cfg)
 
     log(f"trainer: whale Trainer on {len(examples)} examples")
     start = time.perf_counter()
@@ -565,7 +569,7 @@ def bench_trainer(
             "micro_batch": cfg.micro_batch,
             "epochs": cfg.epochs,
             "max_grad_norm": cfg.max_grad_norm,
-        },  # fmt: skip
+        },
         "tokens_counted": "completion: masked-in target tokens (mask[1:]); total: every real token",
         "whale": whale_side,
         "baseline_result": base_side,
@@ -608,11 +612,16 @@ def bench_rollout(
     from whale.domains.math import MathDomain
     from whale.harness.records import HarnessCandidate
     from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
-    from whale.model.engine import SamplingParams
+    from whale.model.engine import GenerationRequest, SamplingParams
     from whale.model.hf_engine import HFEngine
 
     base = Config()
-    engine = TimedEngine(HFEngine(model, tokenizer, max_batch=base.model.max_batch))
+    hf_engine = HFEngine(model, tokenizer, max_batch=base.model.max_batch)
+    # Untimed warm-up after the trainer's allocations: cold and warm runs then differ only in workers.
+    hf_engine.generate(
+        [GenerationRequest(m, SamplingParams(0.0, max_tokens=2)) for m in bench_prompts(2)], SEED
+    )
+    engine = TimedEngine(hf_engine)
     sizes = {"train": 1, "search": settings.rollout_tasks, "val": 1, "test": 1}
     domain = MathDomain(seed=SEED, sizes=sizes)
     tasks = domain.splits()["search"]
@@ -646,7 +655,6 @@ def bench_rollout(
                 "engine_batch_sizes": list(engine.batch_sizes),
                 "generated_tokens": engine.tokens,
                 "prompt_tokens": engine.prompt_tokens,
-                "harness_s": sum(r.timings.get("harness_s", 0.0) for r in rollouts),
                 "tokens_per_s": engine.tokens / wall,
                 "engine_tokens_per_s": engine.tokens / engine.seconds if engine.seconds else 0.0,
                 "overhead": (wall - engine.seconds) / wall,
@@ -669,7 +677,7 @@ def bench_rollout(
             "count": len(workers),
             "max": max(workers, default=None),
             "sum": round(sum(workers), 1),
-        },  # fmt: skip
+        },
     }
 
 
@@ -779,14 +787,14 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
 
     table = Table(title=f"engine: greedy, {result['engine']['max_new_tokens']} new tokens max")
     for col in ("batch", "engine tok", "engine s", "engine tok/s", "HF tok", "HF s", "HF tok/s",
-                "ratio", "% roofline", "greedy match"):  # fmt: skip
+                "ratio", "% roofline", "EOS rows", "greedy match"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in result["engine"]["runs"]:
         e, h = r["engine"], r["transformers"]
         table.add_row(
             str(r["batch"]), str(e["tokens"]), _f(e["seconds"], 2), _f(e["tokens_per_s"]), str(h["tokens"]),
             _f(h["seconds"], 2), _f(h["tokens_per_s"]), f"{r['ratio']:.2f}x", _f(r["roofline_pct"]),
-            f"{r['rows_matching']}/{r['rows']}",
+            f"{e['eos_rows']}/{r['rows']}", f"{r['rows_matching']}/{r['rows']}",
         )  # fmt: skip
     console.print(table)
 
@@ -815,13 +823,15 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
     console.print(table)
 
     table = Table(title="peak memory of the bench process (MiB)")
-    for col in ("part", "getrusage maxrss", "VmHWM", "scope"):
+    for col in ("part", "RSS at start", "getrusage maxrss", "VmHWM", "scope"):
         table.add_column(col, justify="right")
     for part in ("roofline", "engine", "trainer", "rollout"):
         mem = result[part]["memory"]
-        peak = "n/a" if mem["peak_rss_mib"] is None else _f(mem["peak_rss_mib"], 0)
+        start, peak = (
+            ("n/a" if mem[k] is None else _f(mem[k], 0)) for k in ("rss_start_mib", "peak_rss_mib")
+        )
         scope = "this part" if mem["reset"] else "process so far"
-        table.add_row(part, _f(mem["maxrss_mib"], 0), peak, scope)
+        table.add_row(part, start, _f(mem["maxrss_mib"], 0), peak, scope)
     console.print(table)
     w = ro["worker_peak_rss_mib"]
     if w["count"]:
