@@ -46,7 +46,14 @@ from whale.schedule import HARNESS, WEIGHTS, ScheduleState, SinglePhase, UnitRep
 from whale.search.archive import Archive, CandidateEval
 from whale.search.mutation import MutationProposer
 from whale.search.phase import evaluate_candidate, population_iteration, search_iteration
-from whale.search.proposer import Proposal, Proposer, ProposerUsage, budget_spent, full_brief
+from whale.search.proposer import (
+    Proposal,
+    ProposalRequest,
+    Proposer,
+    ProposerUsage,
+    budget_spent,
+    full_brief,
+)
 from whale.status import claim, release
 from whale.store import (
     append_jsonl,
@@ -337,11 +344,11 @@ class Experiment:
         if p.kind == "llm":
             from whale.search.llm_proposer import LLMProposer
 
-            return LLMProposer(p, self.usage, seed=self.cfg.seed)
+            return ShownProposer(LLMProposer(p, self.usage, seed=self.cfg.seed), self.console)
         if p.kind == "agent":
             from whale.search.agent_proposer import AgentProposer
 
-            return AgentProposer(p, self.usage)
+            return ShownProposer(AgentProposer(p, self.usage), self.console)
         return MutationProposer(
             self.domain.knob_pool(),
             seed=self.cfg.seed * 7919 + self.state.search_iters,
@@ -481,6 +488,27 @@ class Experiment:
 
     def summary(self) -> dict[str, Any]:
         return summarize_run(self.out)
+
+
+@dataclass
+class ShownProposer:
+    """A proposer whose sessions show a live bar (elapsed time, candidates returned): LLM calls and agent
+    sessions take minutes, and a silent terminal looks hung."""
+
+    inner: Proposer
+    console: Console
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        label = f"{self.inner.name} proposer: up to {request.n} candidates"
+        with track(self.console, label, request.n) as tick:
+            proposal = self.inner.propose(request)
+            for _ in proposal.candidates:
+                tick()
+        return proposal
 
 
 def check_proposer(cfg: Config) -> None:
