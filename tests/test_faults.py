@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.processes import alive
 from tests.test_cli import ENV, check_complete_run
 from whale.config import ProposerConfig
 from whale.harness.records import HarnessCandidate
@@ -99,14 +100,6 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests.processes import group_alive
 from whale.harness import pysandbox, validate, worker
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
@@ -552,14 +553,6 @@ def outside(tmp_path: Path) -> Path:
     path = tmp_path / "outside"
     path.mkdir()
     return path
-
-
-def group_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def run_beside_good_ones(case: Case, source: str, add_domain: Any, engine: Any) -> tuple[list[Rollout], list]:

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.processes import group_alive
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
 from whale.model.engine import SamplingParams
@@ -45,14 +46,6 @@ def make_runner(fake_engine, add_domain):
     yield make
     for runner in made:
         runner.close()
-
-
-def group_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_good_harness_is_rewarded_by_the_parent_side_verifier(make_runner, add_domain, fake_engine):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.processes import alive
 from whale.domains.base import Task
 from whale.domains.math import MathDomain
 from whale.harness.records import HarnessCandidate
@@ -125,14 +126,6 @@ def test_workers_die_with_their_parent(tmp_path) -> None:
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and running(worker_pid):
+    while time.monotonic() < deadline and alive(worker_pid):
         time.sleep(0.1)
-    assert not running(worker_pid)
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "zombie" not in f.read()
-    except FileNotFoundError:
-        return False
+    assert not alive(worker_pid)

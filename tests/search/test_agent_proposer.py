@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import alive
 from whale.config import ProposerConfig
 from whale.harness.records import HarnessCandidate
 from whale.search import landlock
@@ -104,9 +105,9 @@ def test_hanging_agent_is_killed_with_its_whole_process_group(archive):
     assert usage.sessions == 1 and usage.seconds >= 2
     agent_pid, grandchild = map(int, (only_session(archive) / "proposals" / "pids.txt").read_text().split())
     deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and (_alive(agent_pid) or _alive(grandchild)):
+    while time.monotonic() < deadline and (alive(agent_pid) or alive(grandchild)):
         time.sleep(0.05)
-    assert not _alive(agent_pid) and not _alive(grandchild)
+    assert not alive(agent_pid) and not alive(grandchild)
 
 
 @pytest.mark.parametrize("mode, timeout", [("exit", 30.0), ("hang", 2.0)])
@@ -115,17 +116,9 @@ def test_a_daemon_that_left_the_process_group_dies_with_the_session(archive, mod
     AgentProposer(config("daemon.py", mode, timeout_s=timeout), ProposerUsage()).propose(request(archive))
     daemon = int((only_session(archive) / "proposals" / "daemon.txt").read_text())
     deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and _alive(daemon):
+    while time.monotonic() < deadline and alive(daemon):
         time.sleep(0.05)
-    assert not _alive(daemon)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    assert not alive(daemon)
 
 
 def test_garbage_files_and_malformed_pending_eval_are_recorded(archive):
