@@ -24,6 +24,8 @@ class GenerationRequest:
     # A per-request seed makes the sample independent of which other requests share the batch (as
     # vLLM's SamplingParams.seed); None falls back to the batch seed given to generate().
     seed: int | None = None
+    # Ask for the log-probability of every sampled token (see Generation.logprobs).
+    logprobs: bool = False
 
 
 @dataclass
@@ -34,6 +36,11 @@ class Generation:
     prompt_ids: list[int]
     completion_ids: list[int]
     finish_reason: str  # "stop" (stop string), "eos", or "length"
+    # When requested: log p(token) for each completion token under the model's next-token distribution
+    # at the request's temperature (log_softmax(logits / T); T <= 0 counts as 1), before top-k/top-p
+    # truncation. This is the quantity `whale.model.trainer.target_logprobs` computes, so a policy
+    # gradient's importance ratio compares like with like.
+    logprobs: list[float] | None = None
 
 
 class Engine(Protocol):

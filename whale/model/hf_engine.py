@@ -37,6 +37,12 @@ def next_token_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tens
     return logits.softmax(-1)
 
 
+def sampled_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log p(token) per row at `temperature` (<= 0 counts as 1), before top-k/top-p (see Generation)."""
+    scale = temperature if temperature > 0 else 1.0
+    return torch.log_softmax(logits.float() / scale, -1).gather(-1, tokens[:, None]).squeeze(-1)
+
+
 def sample_next(
     logits: torch.Tensor,
     params: SamplingParams,
@@ -93,8 +99,13 @@ class HFEngine:
             for start in range(0, len(members), self.max_batch):
                 chunk = members[start : start + self.max_batch]
                 params = [requests[i].params for i in chunk]
-                results = self._decode([prompts[i] for i in chunk], params, gen, [own[i] for i in chunk])
+                results = self._decode(
+                    [prompts[i] for i in chunk], params, gen, [own[i] for i in chunk],
+                    any(requests[i].logprobs for i in chunk),
+                )  # fmt: skip
                 for i, g in zip(chunk, results, strict=True):
+                    if not requests[i].logprobs:
+                        g.logprobs = None
                     out[i] = g
         return [g for g in out if g is not None]
 
@@ -105,6 +116,7 @@ class HFEngine:
         params: list[SamplingParams],
         gen: torch.Generator,
         own: list[torch.Generator | None],
+        want_logprobs: bool = False,
     ) -> list[Generation]:
         """Decode one batch; `own[row]` is that request's generator (None: draw from the shared `gen`)."""
         was_training = self.model.training
@@ -114,15 +126,19 @@ class HFEngine:
         completions: list[list[int]] = [[] for _ in range(n)]
         finish: list[str | None] = [None] * n
         texts: list[str] = [""] * n
+        logprobs: list[list[float]] = [[] for _ in range(n)]
         rows = list(range(n))  # batch position -> request row; finished rows are compacted away
         for _ in range(max(p.max_tokens for p in params)):
             nxt = sample_next(logits, params[0], gen, [own[row] for row in rows])  # generators follow rows
+            chosen = sampled_logprobs(logits, nxt, params[0].temperature) if want_logprobs else None
             for pos, row in enumerate(rows):
                 if finish[row] is not None:
                     nxt[pos] = self.pad_id
                     continue
                 tok = int(nxt[pos])
                 completions[row].append(tok)
+                if chosen is not None:
+                    logprobs[row].append(float(chosen[pos]))
                 self.tokens_generated += 1
                 finish[row] = self._check_finished(row, tok, completions[row], params[row], texts)
             live = [pos for pos, row in enumerate(rows) if finish[row] is None]
@@ -150,7 +166,8 @@ class HFEngine:
         for row in range(n):
             reason = finish[row] or "length"
             text = texts[row] if reason == "stop" else self._decode_text(completions[row])
-            results.append(Generation(text, list(prompts[row]), completions[row], reason))
+            lp = logprobs[row] if want_logprobs else None
+            results.append(Generation(text, list(prompts[row]), completions[row], reason, lp))
         return results
 
     def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:

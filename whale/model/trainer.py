@@ -43,20 +43,35 @@ class TrainerConfig:
     max_grad_norm: float = 1.0
 
 
-def token_nll(model: Any, batch: list[TrainExample], pad_id: int) -> tuple[torch.Tensor, int]:
-    """Summed NLL over masked target tokens of a right-padded batch, and the number of those tokens."""
+def target_logprobs(
+    model: Any, batch: list[TrainExample], pad_id: int, temperature: float = 1.0
+) -> list[torch.Tensor]:
+    """Per example, log p(token) of each masked target token, in order (1-D, differentiable).
+
+    Computed as log_softmax(logits / temperature), the same quantity the engine records in
+    `Generation.logprobs`; every loss (SFT, DPO, GRPO) is built on this one function.
+    """
     width = max(len(e.ids) for e in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(batch), width), dtype=torch.long)
-    target_mask = torch.zeros((len(batch), width), dtype=torch.float32)
+    target_mask = torch.zeros((len(batch), width), dtype=torch.bool)
     for row, e in enumerate(batch):
         ids[row, : len(e.ids)] = torch.tensor(e.ids)
         attn[row, : len(e.ids)] = 1
-        target_mask[row, : len(e.mask)] = torch.tensor(e.mask, dtype=torch.float32)
+        target_mask[row, : len(e.mask)] = torch.tensor(e.mask, dtype=torch.bool)
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-    weights = target_mask[:, 1:]
-    return (nll * weights).sum(), int(weights.sum().item())
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    keep = target_mask[:, 1:]
+    return [logp[row][keep[row]] for row in range(len(batch))]
+
+
+def token_nll(model: Any, batch: list[TrainExample], pad_id: int) -> tuple[torch.Tensor, int]:
+    """Summed NLL over masked target tokens of a batch, and the number of those tokens."""
+    per_example = target_logprobs(model, batch, pad_id)
+    count = sum(len(t) for t in per_example)
+    return -torch.cat(per_example).sum(), count
 
 
 class Trainer:
