@@ -112,7 +112,7 @@ def _run_harness(
     from whale.experiment import build_runner
     from whale.harness.records import HarnessCandidate
     from whale.harness.runner import RolloutJob
-    from whale.model.hf_engine import HFEngine
+    from whale.model.backends import build_engine
     from whale.model.loading import load_model
     from whale.progress import track
 
@@ -122,7 +122,7 @@ def _run_harness(
         raise _user_error(f"--split {split}: expected one of {', '.join(splits)}")
     tasks = splits[split][:limit]
     model, tokenizer = load_model(cfg.model.name, cfg.seed)
-    runner = build_runner(cfg, HFEngine(model, tokenizer, max_batch=cfg.model.max_batch), dom)
+    runner = build_runner(cfg, build_engine(cfg.engine, model, tokenizer, cfg.model.max_batch), dom)
     candidate = HarnessCandidate(name, source)
     try:
         with track(console, label, len(tasks) * k) as tick:

@@ -26,6 +26,12 @@ class ModelConfig(Section):
     max_batch: int = Field(64, ge=1)
 
 
+class EngineConfig(Section):
+    """Which generation backend serves model calls (see whale/model/backends.py)."""
+
+    kind: Literal["hf"] = "hf"
+
+
 class SamplingConfig(Section):
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -152,6 +158,7 @@ class Config(Section):
     name: str = "run"
     seed: int = Field(0, ge=0, lt=2**32)  # torch seeds are 64-bit; the engine uses seed * 1_000_003 + n
     model: ModelConfig = Field(default_factory=ModelConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     weights: WeightsConfig = Field(default_factory=WeightsConfig)
     rft: RFTConfig = Field(default_factory=RFTConfig)

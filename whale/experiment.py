@@ -36,8 +36,8 @@ from whale.harness import validate
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
 from whale.metrics import SplitScore, score_split
-from whale.model.engine import SamplingParams
-from whale.model.hf_engine import HFEngine
+from whale.model.backends import build_engine
+from whale.model.engine import Engine, SamplingParams
 from whale.model.loading import load_model
 from whale.model.trainer import Trainer, TrainerConfig
 from whale.progress import track
@@ -112,7 +112,7 @@ class Experiment:
         )  # fmt: skip
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.trainer = Trainer(model, pad, trainer_cfg, seed=cfg.seed)
-        self.engine = HFEngine(self.trainer.model, tokenizer, max_batch=cfg.model.max_batch)
+        self.engine = build_engine(cfg.engine, self.trainer.model, tokenizer, cfg.model.max_batch)
         self.runner = build_runner(cfg, self.engine, self.domain)
         self._prepare_dir(resume)  # only now: a config, domain or model error leaves nothing on disk
         self.archive = Archive(out / "search")
@@ -529,7 +529,7 @@ def check_proposer(cfg: Config) -> None:
         raise ConfigError(f"proposer: {exc}") from None
 
 
-def build_runner(cfg: Config, engine: HFEngine, domain: Any) -> RolloutRunner:
+def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
     s, r = cfg.sampling, cfg.runner
     limits = RunnerLimits(
         workers=r.workers, step_timeout_s=r.step_timeout_s, rollout_timeout_s=r.rollout_timeout_s,

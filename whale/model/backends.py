@@ -1,0 +1,17 @@
+"""One place that turns `engine.kind` into an Engine, so runs, evals and benches pick backends alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from whale.config import EngineConfig
+from whale.model.engine import Engine
+
+
+def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) -> Engine:
+    """The engine serving `model` in place (training updates are seen without a reload)."""
+    if cfg.kind == "hf":
+        from whale.model.hf_engine import HFEngine
+
+        return HFEngine(model, tokenizer, max_batch=max_batch)
+    raise ValueError(f"engine.kind: unknown backend {cfg.kind!r}")
