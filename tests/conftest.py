@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,10 @@ import torch
 
 from whale.domains.base import SPLITS, Task, ToolError
 from whale.model.engine import Generation, GenerationRequest
+from whale.model.hf_engine import chat_prompt_ids
 from whale.model.loading import load_model, tiny_model
+
+SHARP_PROBE = "What is 2 plus 3? Explain it in detail, step by step, with many words."
 
 # The tiny model's matrices are 64 wide: one thread is far faster than several contending ones.
 torch.set_num_threads(1)
@@ -20,6 +24,28 @@ torch.set_num_threads(1)
 def tiny() -> tuple[Any, Any]:
     """(model, tokenizer) from `load_model("tiny")`, shared by the tests of one module (do not train it)."""
     return load_model("tiny")
+
+
+@pytest.fixture(scope="module")
+def sharp_tiny(tiny: tuple[Any, Any]) -> tuple[Any, Any]:
+    """A copy of the tiny model with larger random weights, so that outputs depend on the prompt, and an
+    untied output row for EOS aligned with typical hidden states, so that rows end on EOS at varied steps.
+    (The stock tiny model has near-uniform logits and greedily repeats one token for every prompt.)"""
+    model, tokenizer = tiny
+    model = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=gen) * (1.0 if "embed" in name else 0.3))
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+        ids = torch.tensor([chat_prompt_ids(tokenizer, [{"role": "user", "content": SHARP_PROBE}])])
+        hidden = model.model(input_ids=ids).last_hidden_state[0]
+        mean_h = hidden.mean(0)
+        scale = model.lm_head(hidden).max(-1).values.mean() / (hidden @ mean_h).mean()
+        model.lm_head.weight[tokenizer.eos_token_id] = 0.7 * scale * mean_h
+    model.eval()
+    return model, tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -263,9 +263,9 @@ def bench_roofline(model: Any, settings: BenchSettings, log: Callable[[str], Non
         peak = max(r["gflops"] for r in rows)
         out["peak_gflops"][name] = peak
         out["bound_tokens_per_s"][name] = peak * 1e9 / flops["flops_per_token"]
-    model_dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    out["model_dtype"] = model_dtype
-    out["bound_dtype"] = model_dtype if model_dtype in out["bound_tokens_per_s"] else "float32"
+    out["model_dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    # the machine's limit, whichever dtype reaches it: the engine may compute in either
+    out["bound_dtype"] = max(out["bound_tokens_per_s"], key=out["bound_tokens_per_s"].get)
     out["bound"] = out["bound_tokens_per_s"][out["bound_dtype"]]
     return out
 
@@ -333,64 +333,94 @@ def run_hf_generate(
     return completions, [len(i) for i in ids], seconds
 
 
+def _timed_generate(engine: Any, prompts: list[Any], params: Any) -> tuple[list[Any], float]:
+    from whale.model.engine import GenerationRequest
+
+    start = time.perf_counter()
+    gens = engine.generate([GenerationRequest(m, params) for m in prompts], seed=SEED)
+    return gens, time.perf_counter() - start
+
+
+def _engine_side(gens: list[Any], seconds: float) -> dict[str, Any]:
+    tokens = sum(len(g.completion_ids) for g in gens)
+    return {
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "eos_rows": sum(g.finish_reason == "eos" for g in gens),
+    }
+
+
 def bench_engine(
     model: Any, tokenizer: Any, settings: BenchSettings, bound: float, log: Callable[[str], None]
 ) -> tuple[dict[str, Any], list[Any]]:
-    """The engine section, and the engine's generations for the largest batch (the trainer's data)."""
+    """The engine section, and the engine's generations for the largest batch (the trainer's data).
+
+    "engine" is whale's default engine (FastEngine, fp32 here: see `dtype_reason`); "plain_engine" is
+    HFEngine, whale's engine over transformers' forward, kept as the reference implementation."""
     from whale.model.engine import GenerationRequest, SamplingParams
+    from whale.model.fast_engine import FastEngine, pick_dtype
     from whale.model.hf_engine import HFEngine
 
     greedy = SamplingParams(temperature=0.0, max_tokens=settings.max_new_tokens)
-    warm_engine = HFEngine(model, tokenizer, max_batch=2)
+    dtype, dtype_reason = pick_dtype(model, tokenizer, "auto")
     warm = bench_prompts(2)
-    warm_engine.generate([GenerationRequest(m, SamplingParams(0.0, max_tokens=2)) for m in warm], seed=SEED)
-    run_hf_generate(model, tokenizer, warm, 2, warm_engine.eos_ids)
+    tiny = [GenerationRequest(m, SamplingParams(0.0, max_tokens=2)) for m in warm]
+    plain_warm = HFEngine(model, tokenizer, max_batch=2)
+    plain_warm.generate(tiny, seed=SEED)
+    FastEngine(model, tokenizer, max_batch=2, dtype=dtype).generate(tiny, seed=SEED)
+    run_hf_generate(model, tokenizer, warm, 2, plain_warm.eos_ids)
     runs, largest = [], []
     for batch in settings.batch_sizes:
         prompts = bench_prompts(batch)
-        engine = HFEngine(model, tokenizer, max_batch=batch)
-        log(f"engine: batch {batch}, {settings.max_new_tokens} new tokens: HFEngine.generate")
-        start = time.perf_counter()
-        gens = engine.generate([GenerationRequest(m, greedy) for m in prompts], seed=SEED)
-        engine_s = time.perf_counter() - start
+        engine = FastEngine(model, tokenizer, max_batch=batch, dtype=dtype)
+        log(f"engine: batch {batch}, {settings.max_new_tokens} new tokens: FastEngine.generate")
+        gens, engine_s = _timed_generate(engine, prompts, greedy)
+        log(f"engine: batch {batch}: HFEngine.generate")
+        plain_gens, plain_s = _timed_generate(HFEngine(model, tokenizer, max_batch=batch), prompts, greedy)
         if batch == max(settings.batch_sizes):
             largest = gens
         log(f"engine: batch {batch}: transformers model.generate")
         hf_completions, prompt_lens, hf_s = run_hf_generate(
             model, tokenizer, prompts, settings.max_new_tokens, engine.eos_ids
         )
-        engine_tokens = sum(len(g.completion_ids) for g in gens)
         hf_tokens = sum(len(c) for c in hf_completions)
         matching = [g.completion_ids == c for g, c in zip(gens, hf_completions, strict=True)]
-        engine_tps = engine_tokens / engine_s
+        side = _engine_side(gens, engine_s)
         hf_tps = hf_tokens / hf_s
         prompt_tokens = sum(prompt_lens)
         runs.append(
             {
                 "batch": batch,
                 "prompt_tokens": prompt_tokens,
-                "engine": {
-                    "tokens": engine_tokens,
-                    "seconds": engine_s,
-                    "tokens_per_s": engine_tps,
-                    "eos_rows": sum(g.finish_reason == "eos" for g in gens),
-                },
+                "prompt_tokens_computed": engine.prefill_computed,
+                "prompt_tokens_reused": engine.prefill_reused,
+                "engine": side,
+                "plain_engine": _engine_side(plain_gens, plain_s),
                 "transformers": {
                     "tokens": hf_tokens,
                     "seconds": hf_s,
                     "tokens_per_s": hf_tps,
                     "eos_rows": sum(bool(c) and c[-1] in engine.eos_ids for c in hf_completions),
                 },
-                "ratio": engine_tps / hf_tps,
-                "roofline_pct": 100 * engine_tps / bound,
-                "roofline_pct_incl_prompt": 100 * (engine_tokens + prompt_tokens) / engine_s / bound,
+                "ratio": side["tokens_per_s"] / hf_tps,
+                "plain_ratio": len(plain_gens)
+                and sum(len(g.completion_ids) for g in plain_gens) / plain_s / hf_tps,
+                "roofline_pct": 100 * side["tokens_per_s"] / bound,
+                "roofline_pct_incl_prompt": 100 * (side["tokens"] + prompt_tokens) / engine_s / bound,
                 "rows": len(matching),
                 "rows_matching": sum(matching),
                 "greedy_match": all(matching),
+                "plain_rows_matching": sum(
+                    g.completion_ids == c for g, c in zip(plain_gens, hf_completions, strict=True)
+                ),
             }
         )
     section = {
-        "sampling": "greedy (temperature 0), stop at EOS, left padding",
+        "engine": "FastEngine",
+        "dtype": str(dtype).removeprefix("torch."),
+        "dtype_reason": dtype_reason,
+        "sampling": "greedy (temperature 0), stop at EOS",
         "max_new_tokens": settings.max_new_tokens,
         "tokens_counted": "completion tokens up to and including the first EOS, per row",
         "runs": runs,
@@ -600,9 +630,37 @@ class TimedEngine:
         self.calls += 1
         self.requests += len(requests)
         self.batch_sizes.append(len(requests))
+        self._count(out)
+        return out
+
+    def _count(self, out: list[Any]) -> None:
         self.tokens += sum(len(g.completion_ids) for g in out)
         self.prompt_tokens += sum(len(g.prompt_ids) for g in out)
-        return out
+
+
+class TimedStepEngine(TimedEngine):
+    """TimedEngine for an engine that takes requests one by one: the runner then batches continuously,
+    and the time inside `step` is the engine's time."""
+
+    @property
+    def busy(self) -> bool:
+        return self.engine.busy
+
+    def submit(self, request: Any, seed: int) -> int:
+        self.requests += 1
+        return self.engine.submit(request, seed)
+
+    def cancel(self, handles: set[int] | None = None) -> None:
+        self.engine.cancel(handles)
+
+    def step(self) -> list[tuple[int, Any]]:
+        start = time.perf_counter()
+        done = self.engine.step()
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        self.batch_sizes.append(len(self.engine._rows))
+        self._count([g for _, g in done])
+        return done
 
 
 def bench_rollout(
@@ -612,16 +670,15 @@ def bench_rollout(
     from whale.domains.math import MathDomain
     from whale.harness.records import HarnessCandidate
     from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+    from whale.model.backends import build_engine
     from whale.model.engine import GenerationRequest, SamplingParams
-    from whale.model.hf_engine import HFEngine
 
     base = Config()
-    hf_engine = HFEngine(model, tokenizer, max_batch=base.model.max_batch)
+    inner = build_engine(base.engine, model, tokenizer, base.model.max_batch)
     # Untimed warm-up after the trainer's allocations: cold and warm runs then differ only in workers.
-    hf_engine.generate(
-        [GenerationRequest(m, SamplingParams(0.0, max_tokens=2)) for m in bench_prompts(2)], SEED
-    )
-    engine = TimedEngine(hf_engine)
+    inner.generate([GenerationRequest(m, SamplingParams(0.0, max_tokens=2)) for m in bench_prompts(2)], SEED)
+    continuous = TimedStepEngine(inner)
+    barrier = TimedEngine(inner)
     sizes = {"train": 1, "search": settings.rollout_tasks, "val": 1, "test": 1}
     domain = MathDomain(seed=SEED, sizes=sizes)
     tasks = domain.splits()["search"]
@@ -631,11 +688,15 @@ def bench_rollout(
     harness = HarnessCandidate(
         "bench", BENCH_HARNESS.replace("__MAX_TOKENS__", str(settings.rollout_max_tokens))
     )
-    runner = RolloutRunner(engine, domain, sampling, limits, seed=SEED)
+    runner = RolloutRunner(continuous, domain, sampling, limits, seed=SEED)
     runs = {}
     try:
-        for phase in ("cold", "warm"):  # cold starts the worker processes; warm reuses them, as a run does
-            log(f"rollout: {len(tasks)} rollouts ({phase} workers)")
+        # cold starts the worker processes; warm reuses them, as a run does; barrier is warm again with the
+        # engine seen through generate() only: one batch once every busy worker waits (no continuous batching)
+        for phase in ("cold", "warm", "barrier"):
+            log(f"rollout: {len(tasks)} rollouts ({phase})")
+            engine = barrier if phase == "barrier" else continuous
+            runner.engine, runner.continuous = engine, engine is continuous
             engine.reset()
             jobs = [RolloutJob(t, harness, 0, salt=phase) for t in tasks]
             start = time.perf_counter()
@@ -669,7 +730,9 @@ def bench_rollout(
         "workers": settings.rollout_workers,
         "max_tokens": settings.rollout_max_tokens,
         "sampling": {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k},
-        "overhead_formula": "(wall_s - engine_s) / wall_s; engine_s sums the engine's generate calls",
+        "engine": type(inner).__name__,
+        "overhead_formula": "(wall_s - engine_s) / wall_s; engine_s sums the time inside the engine",
+        "continuous_speedup": runs["barrier"]["wall_s"] / runs["warm"]["wall_s"],
         "sandbox_problems": list(runner.sandbox_problems),
         "runs": runs,
         "overhead": runs["warm"]["overhead"],
@@ -786,14 +849,15 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
     )
 
     table = Table(title=f"engine: greedy, {result['engine']['max_new_tokens']} new tokens max")
-    for col in ("batch", "engine tok", "engine s", "engine tok/s", "HF tok", "HF s", "HF tok/s",
-                "ratio", "% roofline", "EOS rows", "greedy match"):  # fmt: skip
+    for col in ("batch", "engine tok", "engine s", "engine tok/s", "HFEngine tok/s", "HF tok", "HF s",
+                "HF tok/s", "ratio", "% roofline", "EOS rows", "greedy match"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in result["engine"]["runs"]:
         e, h = r["engine"], r["transformers"]
         table.add_row(
-            str(r["batch"]), str(e["tokens"]), _f(e["seconds"], 2), _f(e["tokens_per_s"]), str(h["tokens"]),
-            _f(h["seconds"], 2), _f(h["tokens_per_s"]), f"{r['ratio']:.2f}x", _f(r["roofline_pct"]),
+            str(r["batch"]), str(e["tokens"]), _f(e["seconds"], 2), _f(e["tokens_per_s"]),
+            _f(r["plain_engine"]["tokens_per_s"]), str(h["tokens"]), _f(h["seconds"], 2),
+            _f(h["tokens_per_s"]), f"{r['ratio']:.2f}x", _f(r["roofline_pct"]),
             f"{e['eos_rows']}/{r['rows']}", f"{r['rows_matching']}/{r['rows']}",
         )  # fmt: skip
     console.print(table)

@@ -29,7 +29,12 @@ class ModelConfig(Section):
 class EngineConfig(Section):
     """Which generation backend serves model calls (see whale/model/backends.py)."""
 
-    kind: Literal["hf"] = "hf"
+    # fast: whale's continuous-batching engine (Llama-family models); hf: transformers' forward, any model
+    kind: Literal["hf", "fast"] = "fast"
+    # fast engine: "auto" takes bfloat16 only where a probe finds it faster than float32 and numerically
+    # close (see docs/performance.md); the probe's verdict is logged
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    prefix_cache_tokens: int = Field(32768, ge=0)
 
 
 class SamplingConfig(Section):
@@ -47,6 +52,8 @@ class WeightsConfig(Section):
     minibatch: int = Field(32, ge=1)
     micro_batch: int = Field(16, ge=1)
     epochs: int = Field(1, ge=1)
+    # forward/backward compute dtype; "auto" takes bfloat16 (autocast) only where it measures faster
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
 
 
 class RFTConfig(Section):

@@ -109,6 +109,7 @@ class Experiment:
         trainer_cfg = TrainerConfig(
             lora=w.lora, lora_r=w.lora_r, lora_alpha=w.lora_alpha, lr=w.lr,
             minibatch=w.minibatch, micro_batch=w.micro_batch, epochs=w.epochs,
+            dtype=resolve_train_dtype(w.dtype, model),
         )  # fmt: skip
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.trainer = Trainer(model, pad, trainer_cfg, seed=cfg.seed)
@@ -527,6 +528,15 @@ def check_proposer(cfg: Config) -> None:
                 raise ValueError(problem)
     except ValueError as exc:
         raise ConfigError(f"proposer: {exc}") from None
+
+
+def resolve_train_dtype(choice: str, model: Any) -> str:
+    """The trainer's compute dtype: "auto" is bfloat16 only where its matmuls measure clearly faster."""
+    if choice != "auto":
+        return choice
+    from whale.model.fast_engine import bf16_matmul_speedup
+
+    return "bfloat16" if bf16_matmul_speedup(model) >= 1.25 else "float32"
 
 
 def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:

@@ -1,14 +1,15 @@
-"""HFEngine on the real tiny Llama: exact ids, decoding, stop strings, per-row limits, determinism."""
+"""The engine contract on the real tiny Llama, for both in-process engines (HFEngine, FastEngine): exact
+ids, decoding, stop strings, per-row limits, determinism, agreement with transformers' generate."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 import torch
 
 from whale.model.engine import GenerationRequest, SamplingParams
+from whale.model.fast_engine import FastEngine
 from whale.model.hf_engine import HFEngine, chat_prompt_ids, sample_next
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
@@ -22,26 +23,9 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def engine(tiny: tuple[Any, Any]) -> HFEngine:
-    """A copy of the tiny model with larger random weights, so that outputs depend on the prompt, and an
-    untied output row for EOS aligned with typical hidden states, so that rows end on EOS at varied steps.
-    (The stock tiny model has near-uniform logits and greedily repeats one token for every prompt.)"""
-    model, tokenizer = tiny
-    model = copy.deepcopy(model)
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn(p.shape, generator=gen) * (1.0 if "embed" in name else 0.3))
-        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
-        ids = torch.tensor([chat_prompt_ids(tokenizer, PROMPTS[1])])
-        hidden = model.model(input_ids=ids).last_hidden_state[0]
-        mean_h = hidden.mean(0)
-        scale = model.lm_head(hidden).max(-1).values.mean() / (hidden @ mean_h).mean()
-        model.lm_head.weight[tokenizer.eos_token_id] = 0.7 * scale * mean_h
-    model.eval()
-    return HFEngine(model, tokenizer, max_batch=64)
+@pytest.fixture(scope="module", params=[HFEngine, FastEngine], ids=["hf", "fast"])
+def engine(request: pytest.FixtureRequest, sharp_tiny: tuple[Any, Any]) -> HFEngine | FastEngine:
+    return request.param(*sharp_tiny, max_batch=64)
 
 
 def requests(params: SamplingParams | list[SamplingParams], prompts=PROMPTS) -> list[GenerationRequest]:
@@ -155,7 +139,7 @@ def test_seeded_request_samples_the_same_alone_or_in_any_batch(engine):
 
 def test_max_batch_chunks_and_mixed_sampling_groups_keep_request_order(engine):
     alone = [engine.generate([r], seed=0)[0] for r in requests(GREEDY)]
-    small = HFEngine(engine.model, engine.tokenizer, max_batch=2)
+    small = type(engine)(engine.model, engine.tokenizer, max_batch=2)
     mixed = requests([GREEDY, SamplingParams(temperature=1.0, max_tokens=5)] * 3)
     gens = small.generate(mixed, seed=3)
     for i, (g, a) in enumerate(zip(gens, alone, strict=True)):

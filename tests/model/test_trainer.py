@@ -158,3 +158,32 @@ def test_load_refuses_a_checkpoint_that_lacks_trainable_tensors(tmp_path, make_t
     full = Trainer(make_tiny(), pad_id(tokenizer), TrainerConfig(lora=False), seed=0)
     with pytest.raises(ValueError, match="lacks"):
         full.load(tmp_path / "lora")
+
+
+def test_target_logprobs_equal_the_full_logits_at_target_positions(make_tiny, tokenizer, examples):
+    """The LM head runs on target positions only; the numbers are those of the full forward."""
+    from whale.model.trainer import target_logprobs
+
+    model = make_tiny()
+    trainer = Trainer(model, pad_id(tokenizer), TrainerConfig(lora=True), seed=0)
+    batch = examples[:3]
+    with torch.no_grad():
+        ours = target_logprobs(trainer.model, batch, pad_id(tokenizer), temperature=0.8)
+        for e, lp in zip(batch, ours, strict=True):
+            logits = trainer.model(input_ids=torch.tensor([e.ids])).logits[0, :-1] / 0.8
+            full = torch.log_softmax(logits, -1).gather(-1, torch.tensor(e.ids[1:])[:, None]).squeeze(-1)
+            keep = torch.tensor(e.mask[1:], dtype=torch.bool)
+            assert len(lp) == int(keep.sum()) > 0
+            assert torch.allclose(lp, full[keep], atol=1e-5)
+
+
+def test_bf16_autocast_training_tracks_fp32(make_tiny, tokenizer, examples):
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = TrainerConfig(lora=True, lr=2e-3, minibatch=4, micro_batch=2, dtype=dtype)
+        trainer = Trainer(make_tiny(), pad_id(tokenizer), cfg, seed=0)
+        losses[dtype] = [trainer.train(examples)["loss"] for _ in range(4)] + [trainer.mean_nll(examples)]
+    fp32, bf16 = losses["float32"], losses["bfloat16"]
+    assert fp32[-1] < fp32[0] - 0.05 and bf16[-1] < bf16[0] - 0.05  # both learn
+    for a, b in zip(fp32, bf16, strict=True):
+        assert b == pytest.approx(a, rel=0.01), (fp32, bf16)

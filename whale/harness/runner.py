@@ -53,7 +53,7 @@ from typing import Any
 from whale.domains.base import Domain, Task, Toolbox, ToolError
 from whale.harness.records import HarnessCandidate, ModelCall, Rollout, ToolCall
 from whale.harness.worker import MAX_LOG_CHARS, MAX_LOG_ENTRIES, report_degraded, sandbox_status_problems
-from whale.model.engine import Engine, GenerationRequest, SamplingParams
+from whale.model.engine import Engine, Generation, GenerationRequest, SamplingParams
 
 MAX_FRAME = 4 << 20
 MAX_ERROR_CHARS = 1000
@@ -103,6 +103,9 @@ class _Worker:
     secret: str = ""  # the current job's; only a done message that carries it ends the rollout
     sandbox: dict[str, Any] | None = None  # what the worker's hello said about its OS sandbox
     retire: bool = False
+    # continuous batching: engine handle -> (sample index, request) of the queued call, and its results
+    handles: dict[int, tuple[int, GenerationRequest]] = field(default_factory=dict)
+    results: list[tuple[GenerationRequest, Generation] | None] = field(default_factory=list)
 
 
 class RolloutRunner:
@@ -117,6 +120,10 @@ class RolloutRunner:
         seed: int = 0,
     ):
         self.engine = engine
+        # An engine that takes requests one by one (FastEngine) gets each model call the moment it is made
+        # and is stepped while harnesses compute; others get one batch once every busy worker waits.
+        self.continuous = hasattr(engine, "submit") and hasattr(engine, "step")
+        self._owners: dict[int, _Worker] = {}  # engine handle -> worker, in continuous mode
         self.domain = domain
         self.sampling = sampling
         self.limits = limits or RunnerLimits()
@@ -139,6 +146,9 @@ class RolloutRunner:
         try:
             self._drive(queue, results, busy, on_done)
         except BaseException:
+            if self.continuous:
+                self.engine.cancel()
+                self._owners.clear()
             for fd, (_, w) in list(busy.items()):  # an engine error: no worker outlives the batch
                 self.selector.unregister(w.proc.stdout)
                 self._kill(w)
@@ -158,7 +168,8 @@ class RolloutRunner:
                 index, job = queue.popleft()
                 w = self._start_job(job)
                 busy[w.proc.stdout.fileno()] = (index, w)
-            timeout = self._next_deadline(busy)
+            stepping = self.continuous and self.engine.busy
+            timeout = 0.0 if stepping else self._next_deadline(busy)
             for key, _ in self.selector.select(timeout):
                 index, w = busy[key.fd]
                 if not self._pump(w):
@@ -174,7 +185,13 @@ class RolloutRunner:
                     if on_done:
                         on_done(results[index])
             waiting = [w for _, w in busy.values() if w.request is not None]
-            if waiting and len(waiting) == len(busy):
+            if self.continuous:
+                for w in waiting:
+                    if not w.handles and not w.results:
+                        self._submit_model(w)
+                if self.engine.busy:
+                    self._step_model()
+            elif waiting and len(waiting) == len(busy):
                 self._serve_model(waiting)
 
     def _spawn(self) -> _Worker:
@@ -369,31 +386,66 @@ class RolloutRunner:
             temperature, base.top_p, base.top_k, max(1, max_tokens), tuple(msg.get("stop") or ())
         )
 
+    def _requests_of(self, w: _Worker) -> list[GenerationRequest]:
+        params = self._params(w.request)
+        n = w.request.get("n", 1)
+        seeds = [self._request_seed(w.job, len(w.rollout.calls) + k) for k in range(n)]
+        return [GenerationRequest(w.request["messages"], params, seed) for seed in seeds]
+
     def _serve_model(self, waiting: list[_Worker]) -> None:
         requests, owners = [], []
         for w in waiting:
-            params = self._params(w.request)
-            for k in range(w.request.get("n", 1)):
-                seed = self._request_seed(w.job, len(w.rollout.calls) + k)
-                requests.append(GenerationRequest(w.request["messages"], params, seed))
+            for req in self._requests_of(w):
+                requests.append(req)
                 owners.append(w)
         self.engine_calls += 1
         generations = self.engine.generate(requests, seed=self.seed * 1_000_003 + self.engine_calls)
-        texts: dict[int, list[str]] = {}
+        answers: dict[int, list[tuple[GenerationRequest, Generation]]] = {}
         for w, req, g in zip(owners, requests, generations, strict=True):
+            answers.setdefault(id(w), []).append((req, g))
+        for w in waiting:
+            self._reply(w, answers[id(w)])
+
+    def _submit_model(self, w: _Worker) -> None:
+        requests = self._requests_of(w)
+        self.engine_calls += 1
+        w.results = [None] * len(requests)
+        for k, req in enumerate(requests):
+            handle = self.engine.submit(req, self.seed * 1_000_003 + self.engine_calls)
+            w.handles[handle] = (k, req)
+            self._owners[handle] = w
+
+    def _step_model(self) -> None:
+        for handle, generation in self.engine.step():
+            w = self._owners.pop(handle)
+            k, req = w.handles.pop(handle)
+            w.results[k] = (req, generation)
+            if not w.handles:
+                results, w.results = w.results, []
+                self._reply(w, results)
+
+    def _cancel_model(self, w: _Worker) -> None:
+        if w.handles:
+            self.engine.cancel(set(w.handles))
+            for handle in w.handles:
+                self._owners.pop(handle, None)
+        w.handles, w.results = {}, []
+
+    def _reply(self, w: _Worker, answers: list[tuple[GenerationRequest, Generation]]) -> None:
+        """Record a served chat request's calls in the rollout and send the texts to the harness."""
+        texts = []
+        train = bool(w.request.get("train", True))
+        for req, g in answers:
             p = req.params
             recorded = {"temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
                         "max_tokens": p.max_tokens, "stop": list(p.stop), "seed": req.seed}  # fmt: skip
-            train = bool(w.request.get("train", True))
             call = ModelCall(
                 req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason, train, recorded
             )
             w.rollout.calls.append(call)
-            texts.setdefault(id(w), []).append(g.text)
-        now = time.monotonic()
-        for w in waiting:
-            w.request, w.resumed = None, now
-            self._send(w, {"op": "chat_result", "texts": texts[id(w)]})
+            texts.append(g.text)
+        w.request, w.resumed = None, time.monotonic()
+        self._send(w, {"op": "chat_result", "texts": texts})
 
     def _request_seed(self, job: RolloutJob, call_index: int) -> int:
         """The seed of one model call, whatever else shares its batch: a function of the runner seed, the
@@ -461,6 +513,7 @@ class RolloutRunner:
         return None
 
     def _finish(self, w: _Worker, busy: dict, fd: int) -> Rollout:
+        self._cancel_model(w)
         rollout = w.rollout
         self.selector.unregister(fd)
         del busy[fd]

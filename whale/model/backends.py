@@ -14,4 +14,13 @@ def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) 
         from whale.model.hf_engine import HFEngine
 
         return HFEngine(model, tokenizer, max_batch=max_batch)
+    if cfg.kind == "fast":
+        from whale.model.fast_engine import FastEngine, pick_dtype
+
+        dtype, why = pick_dtype(model, tokenizer, cfg.dtype)
+        engine = FastEngine(
+            model, tokenizer, max_batch=max_batch, dtype=dtype, prefix_cache_tokens=cfg.prefix_cache_tokens
+        )
+        engine.dtype_reason = why
+        return engine
     raise ValueError(f"engine.kind: unknown backend {cfg.kind!r}")

@@ -14,9 +14,11 @@ import torch
 from whale.model.engine import Generation, GenerationRequest, SamplingParams
 
 
-def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+def chat_prompt_ids(
+    tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = True
+) -> list[int]:
     """Token ids of a chat prompt, ending with the assistant turn header."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
     if hasattr(ids, "keys"):
         ids = ids["input_ids"]
     return [int(i) for i in ids]
@@ -79,10 +81,7 @@ class HFEngine:
         self.max_batch = max_batch
         self.weights_version = weights_version
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        eos_ids.add(tokenizer.eos_token_id)
-        self.eos_ids = {int(i) for i in eos_ids if i is not None}
+        self.eos_ids = eos_token_ids(model, tokenizer)
         self.tokens_generated = 0
 
     def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]:
@@ -140,7 +139,11 @@ class HFEngine:
                 if chosen is not None:
                     logprobs[row].append(float(chosen[pos]))
                 self.tokens_generated += 1
-                finish[row] = self._check_finished(row, tok, completions[row], params[row], texts)
+                finish[row], cut = finish_check(
+                    self.tokenizer, self.eos_ids, tok, completions[row], params[row]
+                )
+                if cut is not None:
+                    texts[row] = cut
             live = [pos for pos, row in enumerate(rows) if finish[row] is None]
             if not live:
                 break
@@ -205,20 +208,30 @@ class HFEngine:
     def _decode_text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def _check_finished(
-        self, row: int, tok: int, completion: list[int], params: SamplingParams, texts: list[str]
-    ) -> str | None:
-        if tok in self.eos_ids:
-            return "eos"
-        if params.stop:
-            text = self._decode_text(completion)
-            cut = min((text.find(s) for s in params.stop if s in text), default=-1)
-            if cut >= 0:
-                texts[row] = text[:cut]
-                return "stop"
-        if len(completion) >= params.max_tokens:
-            return "length"
-        return None
+
+def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Every id that ends a completion: the model's generation config and the tokenizer's EOS."""
+    config = getattr(model, "generation_config", None)
+    eos = config.eos_token_id if config is not None else None
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    ids.add(tokenizer.eos_token_id)
+    return {int(i) for i in ids if i is not None}
+
+
+def finish_check(
+    tokenizer: Any, eos_ids: set[int], tok: int, completion: list[int], params: SamplingParams
+) -> tuple[str | None, str | None]:
+    """(finish reason or None, the text cut before a stop string when one matched)."""
+    if tok in eos_ids:
+        return "eos", None
+    if params.stop:
+        text = tokenizer.decode(completion, skip_special_tokens=True)
+        cut = min((text.find(s) for s in params.stop if s in text), default=-1)
+        if cut >= 0:
+            return "stop", text[:cut]
+    if len(completion) >= params.max_tokens:
+        return "length", None
+    return None, None
 
 
 def _common_prefix_len(seqs: list[list[int]]) -> int:

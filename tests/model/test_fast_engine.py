@@ -1,0 +1,158 @@
+"""FastEngine beyond the shared engine contract (tests/model/test_hf_engine.py runs that on both engines):
+requests admitted mid-decode, prefix reuse, slot reuse, cancellation, weights seen after training, LoRA,
+log-probs, bf16, over-long prompts."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from whale.model.engine import GenerationRequest, SamplingParams
+from whale.model.fast_engine import FastEngine, bf16_numerics, pick_dtype
+from whale.model.hf_engine import HFEngine
+from whale.model.trainer import Trainer, TrainerConfig, TrainExample, target_logprobs
+
+SYSTEM = {"role": "system", "content": "You are a careful assistant. Solve the problem and answer briefly."}
+QUESTIONS = [
+    "hi",
+    "What is 2 plus 3? Explain it in detail, step by step, with many words.",
+    "Name a colour.",
+    "Count: one two three four five six seven eight nine ten eleven twelve",
+    "x",
+    "Sam has 4 apples and buys 7 more. How many apples does he have?",
+]
+SAMPLED = SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=12)
+
+
+def seeded(params: SamplingParams = SAMPLED, system: bool = True) -> list[GenerationRequest]:
+    head = [SYSTEM] if system else []
+    return [
+        GenerationRequest(head + [{"role": "user", "content": q}], params, seed=50 + i)
+        for i, q in enumerate(QUESTIONS)
+    ]
+
+
+def test_requests_submitted_while_others_decode_get_the_same_tokens(sharp_tiny):
+    """Continuous batching: the second half arrives mid-decode and lands in freed or spare slots."""
+    reqs = seeded()
+    alone = [FastEngine(*sharp_tiny, max_batch=1).generate([r], seed=0)[0] for r in reqs]
+    engine = FastEngine(*sharp_tiny, max_batch=4)
+    handles = {engine.submit(r, seed=0): i for i, r in enumerate(reqs[:3])}
+    results, widths = {}, []
+    for step in range(200):
+        if step == 2:
+            handles |= {engine.submit(r, seed=0): 3 + i for i, r in enumerate(reqs[3:])}
+        results.update(engine.step())
+        widths.append(len(engine._rows))
+        if len(results) == len(reqs):
+            break
+    assert max(widths) <= 4 and max(widths) == 4
+    for handle, i in handles.items():
+        assert results[handle].completion_ids == alone[i].completion_ids
+        assert results[handle].text == alone[i].text
+
+
+def test_shared_system_prompt_is_computed_once_and_changes_nothing(sharp_tiny):
+    reqs = seeded()
+    cached = FastEngine(*sharp_tiny, max_batch=8)
+    plain = FastEngine(*sharp_tiny, max_batch=8, prefix_cache_tokens=0)
+    a, b = cached.generate(reqs, seed=0), plain.generate(reqs, seed=0)
+    assert [g.completion_ids for g in a] == [g.completion_ids for g in b]
+    head = len(a[0].prompt_ids) - len(
+        FastEngine(*sharp_tiny).tokenizer.apply_chat_template(
+            [reqs[0].messages[-1]], add_generation_prompt=True, tokenize=True
+        )
+    )
+    assert cached.prefill_reused > 0 and plain.prefill_reused == 0
+    assert cached.prefill_computed < plain.prefill_computed
+    # a second batch with the same system prompt reuses the head for every request
+    before = cached.prefill_reused
+    cached.generate(reqs, seed=1)
+    assert cached.prefill_reused - before >= len(reqs) * max(head, 1) // 2
+
+
+def test_cancelled_requests_never_come_back_and_the_rest_are_unchanged(sharp_tiny):
+    reqs = seeded()
+    alone = FastEngine(*sharp_tiny, max_batch=8).generate(reqs, seed=0)
+    engine = FastEngine(*sharp_tiny, max_batch=3)
+    handles = [engine.submit(r, seed=0) for r in reqs]
+    results = dict(engine.step())
+    dropped = {handles[0], handles[4]}  # one live, one still queued
+    engine.cancel(dropped)
+    while engine.busy:
+        results.update(engine.step())
+    assert dropped.isdisjoint(results)
+    for i, h in enumerate(handles):
+        if h not in dropped:
+            assert results[h].completion_ids == alone[i].completion_ids
+
+
+def test_training_updates_are_served_without_a_reload_lora_and_full(sharp_tiny):
+    for lora in (True, False):
+        model = copy.deepcopy(sharp_tiny[0])
+        tokenizer = sharp_tiny[1]
+        trainer = Trainer(model, tokenizer.eos_token_id, TrainerConfig(lora=lora, lr=0.05), seed=0)
+        engine = FastEngine(trainer.model, tokenizer, max_batch=8)
+        reference = HFEngine(trainer.model, tokenizer, max_batch=8)
+        greedy = seeded(SamplingParams(temperature=0.0, max_tokens=10))
+        before = engine.generate(greedy, seed=0)
+        target = before[1].prompt_ids + [tokenizer.eos_token_id] * 3
+        examples = [TrainExample(target, [0] * len(before[1].prompt_ids) + [1] * 3)] * 4
+        trainer.train(examples)
+        after = engine.generate(greedy, seed=0)
+        assert [g.completion_ids for g in after] == [g.completion_ids for g in reference.generate(greedy, 0)]
+        assert [g.completion_ids for g in after] != [g.completion_ids for g in before], lora
+
+
+def test_logprobs_are_the_trainers_target_logprobs(sharp_tiny):
+    model, tokenizer = sharp_tiny
+    reqs = [
+        GenerationRequest(r.messages, SamplingParams(0.7, 1.0, 0, 8), r.seed, logprobs=True) for r in seeded()
+    ]
+    gens = FastEngine(model, tokenizer).generate(reqs, seed=0)
+    examples = [
+        TrainExample(g.prompt_ids + g.completion_ids, [0] * len(g.prompt_ids) + [1] * len(g.completion_ids))
+        for g in gens
+    ]
+    with torch.no_grad():
+        ref = target_logprobs(model, examples, tokenizer.eos_token_id, temperature=0.7)
+    for g, lp in zip(gens, ref, strict=True):
+        assert len(g.logprobs) == len(g.completion_ids)
+        assert torch.allclose(torch.tensor(g.logprobs), lp, atol=1e-4)
+    assert FastEngine(model, tokenizer).generate(seeded()[:1], seed=0)[0].logprobs is None
+
+
+def test_bf16_is_close_to_fp32_and_dtype_choice_is_explained(tiny):
+    model, tokenizer = tiny
+    check = bf16_numerics(model, tokenizer)
+    assert check["top1_agree"] and check["max_abs_logprob_diff"] < 0.1
+    engine = FastEngine(model, tokenizer, dtype=torch.bfloat16)
+    gens = engine.generate(seeded(SamplingParams(temperature=0.0, max_tokens=4)), seed=0)
+    assert engine.packed.layers[0].qkv.dtype == torch.bfloat16 and all(g.completion_ids for g in gens)
+    assert pick_dtype(model, tokenizer, "float32") == (torch.float32, "float32 requested")
+    dtype, why = pick_dtype(model, tokenizer, "auto")
+    assert dtype in (torch.float32, torch.bfloat16) and why.startswith("auto: ")
+
+
+def test_a_prompt_longer_than_the_model_ends_at_once_and_others_go_on(sharp_tiny: tuple[Any, Any]):
+    model, tokenizer = sharp_tiny
+    engine = FastEngine(model, tokenizer)
+    huge = GenerationRequest([{"role": "user", "content": "word " * (engine.max_positions + 10)}], SAMPLED, 1)
+    near = GenerationRequest([{"role": "user", "content": "word " * (engine.max_positions - 40)}], SAMPLED, 2)
+    gens = engine.generate([huge, near, seeded()[0]], seed=0)
+    assert gens[0].finish_reason == "length" and gens[0].completion_ids == []
+    room = engine.max_positions - len(gens[1].prompt_ids)
+    assert 0 < room < SAMPLED.max_tokens  # the request asks for more than fits: it is cut at the limit
+    assert len(gens[1].completion_ids) <= room and gens[1].completion_ids
+    assert gens[2].completion_ids
+
+
+@pytest.mark.parametrize("max_batch", [1, 2, 5])
+def test_slots_are_reused_as_rows_finish(sharp_tiny, max_batch: int):
+    reqs = seeded() * 2
+    gens = FastEngine(*sharp_tiny, max_batch=max_batch).generate(reqs, seed=0)
+    wide = FastEngine(*sharp_tiny, max_batch=16).generate(reqs, seed=0)
+    assert [g.completion_ids for g in gens] == [g.completion_ids for g in wide]
