@@ -386,8 +386,9 @@ class RolloutRunner:
                         "max_tokens": p.max_tokens, "stop": list(p.stop), "seed": req.seed}  # fmt: skip
             train = bool(w.request.get("train", True))
             call = ModelCall(
-                req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason, train, recorded
-            )
+                req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason, train, recorded,
+                usage=g.usage,
+            )  # fmt: skip
             w.rollout.calls.append(call)
             texts.setdefault(id(w), []).append(g.text)
         now = time.monotonic()
