@@ -539,6 +539,8 @@ def check_engine(cfg: Config) -> None:
         if e.kind == "vllm":
             from whale.model.vllm_engine import import_vllm
 
+            if cfg.model.name == "tiny":
+                raise ValueError("engine.kind=vllm loads the model from a folder; model.name=tiny has none")
             import_vllm()
         elif e.kind == "remote":
             from whale.model.remote_engine import RemoteEngine, weight_phase_problem

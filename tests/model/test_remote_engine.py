@@ -26,6 +26,8 @@ from whale.model.remote_engine import RemoteEngine
 from whale.model.trainer import Trainer, TrainerConfig, TrainExample
 from whale.openai_http import EndpointError
 
+pytestmark = pytest.mark.slow  # the server process takes seconds to start (torch, the tiny model)
+
 SERVER = Path(__file__).with_name("openai_model_server.py")
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
 
@@ -171,7 +173,6 @@ def run_config(server: Server, tmp_path: Path, *extra: str):
     return load_config("tiny", overrides=overrides)
 
 
-@pytest.mark.slow
 def test_a_harness_only_run_goes_through_the_server(fresh, tmp_path):
     before = fresh.stats()["chat"]
     cfg = run_config(fresh, tmp_path, "schedule.method=harness-only")

@@ -143,5 +143,9 @@ def test_without_vllm_the_engine_is_a_one_line_error(tmp_path, tiny):
     with pytest.raises(ImportError, match="whale\\[gpu\\]"):
         build_engine(EngineConfig(kind="vllm"), tiny[0], tiny[1], 8)
     with pytest.raises(ConfigError, match="whale\\[gpu\\]"):
+        Experiment(
+            load_config("tiny", overrides=["engine.kind=vllm", "model.name=embedded"]), tmp_path / "run"
+        )
+    with pytest.raises(ConfigError, match="model.name=tiny has none"):  # vLLM loads weights from a folder
         Experiment(load_config("tiny", overrides=["engine.kind=vllm"]), tmp_path / "run")
     assert not (tmp_path / "run").exists()

@@ -110,17 +110,10 @@ class RemoteEngine:
         self.model = model  # the trainer's model: where new adapters come from
         self.served_model = cfg.model
         self.folders: SyncFolders | None = None
-        self._version = self._served = weights_version
+        self.weights_version = weights_version  # set by the experiment after each weight step
+        self._served = weights_version  # the version the server holds now
         self.pool = ThreadPoolExecutor(cfg.concurrency, thread_name_prefix="whale-remote")
         self.tokens_generated = 0
-
-    @property
-    def weights_version(self) -> str:
-        return self._version
-
-    @weights_version.setter
-    def weights_version(self, version: str) -> None:
-        self._version = version
 
     def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]:
         self.sync_weights()
@@ -166,20 +159,20 @@ class RemoteEngine:
 
     def sync_weights(self) -> None:
         """Load the trainer's new adapter into the server and serve requests with it (weight phases)."""
-        if self._served == self._version:
+        if self._served == self.weights_version:
             return
         if self.model is None or lora_rank(self.model) is None:
             raise EndpointError("a remote server can follow the trainer only through LoRA adapters")
         self.folders = self.folders or SyncFolders(self.cfg.sync_dir)
-        _, folder = self.folders.next(self._version)
+        _, folder = self.folders.next(self.weights_version)
         save_for_serving(self.model, folder)
-        name = f"whale-{self._version}"
+        name = f"whale-{self.weights_version}"
         self._post(self.root + "/load_lora_adapter", {"lora_name": name, "lora_path": str(folder.resolve())})
         if self.served_model != self.cfg.model:
             self._post(self.root + "/unload_lora_adapter", {"lora_name": self.served_model})
         self.served_model = name
         self.folders.done(folder)
-        self._served = self._version
+        self._served = self.weights_version
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -136,33 +136,25 @@ class VLLMEngine:
         self.llm = vllm.LLM(**kwargs)
         self.folders = SyncFolders(cfg.sync_dir)
         self.lora: Any = None  # the LoRARequest now served; None: the base weights
-        self._version = self._served = weights_version
+        self.weights_version = weights_version  # set by the experiment after each weight step
+        self._served = weights_version  # the version vLLM holds now
         self.tokens_generated = 0
-
-    @property
-    def weights_version(self) -> str:
-        return self._version
-
-    @weights_version.setter
-    def weights_version(self, version: str) -> None:
-        """A new version means the trainer changed the weights: they are sent before the next batch."""
-        self._version = version
 
     def sync_weights(self) -> None:
         """Hand the trainer's current weights to vLLM (a no-op when it already serves them)."""
-        if self._served == self._version:
+        if self._served == self.weights_version:
             return
-        serial, folder = self.folders.next(self._version)
+        serial, folder = self.folders.next(self.weights_version)
         kind = save_for_serving(self.model, folder)
         if kind == "lora":
             from vllm.lora.request import LoRARequest
 
-            self.lora = LoRARequest(f"whale-{self._version}", serial, str(folder))
+            self.lora = LoRARequest(f"whale-{self.weights_version}", serial, str(folder))
         else:
             self.llm.collective_rpc("whale_load_weights", args=(str(folder / FULL_WEIGHTS_FILE),))
             self.llm.reset_prefix_cache()
         self.folders.done(folder)
-        self._served = self._version
+        self._served = self.weights_version
 
     def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]:
         self.sync_weights()
