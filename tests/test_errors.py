@@ -90,6 +90,21 @@ MISTAKES = [
     (["archive", "show", "{tmp}/empty"], ["no harness archive"]),
     (["report", "{tmp}/empty"], ["not a whale run"]),
     (["run", "--resume", "{tmp}/empty"], ["no config.yaml"]),
+    (["run", "--preset", "paper-chess"], ["'models/Qwen3.5-4B': no such folder"]),
+    (
+        [
+            "run",
+            "--preset",
+            "tiny",
+            "--set",
+            "engine.kind=remote",
+            "--set",
+            "engine.remote.base_url=http://127.0.0.1:9/v1",
+            "--out",
+            "{tmp}/r7",
+        ],
+        ["engine.kind=remote", "harness-only", "token_ids"],
+    ),  # fmt: skip
 ]
 
 
@@ -98,5 +113,5 @@ def test_user_mistake_is_one_line(tmp_path, args, words):
     where = files(tmp_path)
     proc = whale(*[a.format(**where) for a in args])
     assert_user_error(proc, *[w.format(**where) for w in words])
-    for name in ("r1", "r2", "r3", "r4", "r5", "r6"):
+    for name in ("r1", "r2", "r3", "r4", "r5", "r6", "r7"):
         assert not (tmp_path / name).exists(), f"{name} was created by a run that failed to start"

@@ -17,6 +17,7 @@ from whale.schedule import (
     Stagewise,
     UnitReport,
     build_schedule,
+    weight_phase_steps,
     window_stats,
 )
 
@@ -131,3 +132,15 @@ def test_every_method_is_buildable_from_config(method):
     schedule = build_schedule(cfg.schedule)
     expected = HARNESS if method in ("harness-only", "stagewise-harness-first") else WEIGHTS
     assert schedule.initial().kind == expected
+
+
+def test_weight_phase_length_in_epochs_of_the_train_split():
+    """The paper's E = 0.6 epoch: 0.6 x train tasks / tasks per step, rounded up, replaces weight_steps."""
+    cfg = load_config("tiny", overrides=["schedule.weight_epochs=0.6", "schedule.search_iters=2"])
+    schedule = build_schedule(cfg.schedule, train_tasks=50, tasks_per_step=4)  # 7.5 -> 8 steps
+    kinds, switches = drive(schedule, weights_signal([0.0] * 11))
+    assert kinds == [WEIGHTS] * 8 + [HARNESS] * 2 + [WEIGHTS]
+    assert switches[0].signals == {"done_in_phase": 8}
+    assert weight_phase_steps(cfg.schedule, 8960, 128) == 42  # exactly 42.0: no step added by rounding
+    assert weight_phase_steps(cfg.schedule, 10, 64) == 1  # never a zero-length phase
+    assert weight_phase_steps(load_config("tiny").schedule, 8960, 128) == 2  # unset: weight_steps

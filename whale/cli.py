@@ -414,6 +414,7 @@ def main() -> None:
     from whale.config import ConfigError
     from whale.harness.validate import HarnessInvalid
     from whale.model.loading import ModelLoadError
+    from whale.openai_http import EndpointError
 
     sys.stdout.reconfigure(line_buffering=True)  # progress lines appear promptly when piped to a file
     try:
@@ -429,6 +430,11 @@ def main() -> None:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"whale: error: {where}{exc.strerror or exc} (fix it, then `whale run --resume <run dir>`)",
               file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    except EndpointError as exc:  # a remote engine gave up after its retries; the last commit is intact
+        if "--debug" in sys.argv:
+            raise
+        print(f"whale: error: remote engine: {exc} (then `whale run --resume <run dir>`)", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("whale: interrupted; resume with `whale run --resume <run dir>`", file=sys.stderr)

@@ -26,15 +26,43 @@ class ModelConfig(Section):
     max_batch: int = Field(64, ge=1)
 
 
+class VLLMConfig(Section):
+    """engine.kind=vllm: vLLM on local GPUs (optional extra `whale[gpu]`); see docs/scaling.md."""
+
+    gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)  # the rest is left to the trainer
+    tensor_parallel_size: int = Field(1, ge=1)
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    max_model_len: int | None = Field(None, ge=16)
+    enforce_eager: bool = False  # skip CUDA graph capture: slower decoding, faster start-up
+    sync_dir: str | None = None  # where new weights are written for vLLM to load; default: a temp folder
+
+
+class RemoteConfig(Section):
+    """engine.kind=remote: any OpenAI-compatible server; harness-only runs (see docs/scaling.md)."""
+
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1
+    model: str = "default"  # the server's model name
+    api_key_env: str | None = None  # name of the environment variable holding the API key
+    concurrency: int = Field(8, ge=1)  # requests of one batch in flight at once
+    timeout_s: float = Field(120.0, gt=0)  # per request
+    retries: int = Field(3, ge=0)  # re-sends after a 429, a 5xx or a dropped connection
+    backoff_s: float = Field(1.0, ge=0)  # first wait between tries; doubles each time
+    token_ids: bool = False  # ask for exact token ids (vLLM's `return_token_ids`); weight phases need them
+    sync_dir: str | None = None  # weight phases: adapters written here must be readable by the server
+
+
 class EngineConfig(Section):
     """Which generation backend serves model calls (see whale/model/backends.py)."""
 
-    # fast: whale's continuous-batching engine (Llama-family models); hf: transformers' forward, any model
-    kind: Literal["hf", "fast"] = "fast"
+    # fast: whale's continuous-batching engine (Llama-family models); hf: transformers' forward, any model;
+    # vllm: GPU serving (whale[gpu]); remote: an OpenAI-compatible server (docs/scaling.md)
+    kind: Literal["hf", "fast", "vllm", "remote"] = "fast"
     # fast engine: "auto" takes bfloat16 only where a probe finds it faster than float32 and numerically
     # close (see docs/performance.md); the probe's verdict is logged
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     prefix_cache_tokens: int = Field(32768, ge=0)
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+    remote: RemoteConfig = Field(default_factory=RemoteConfig)
 
 
 class SamplingConfig(Section):
@@ -114,6 +142,7 @@ class ProposerConfig(Section):
 class ScheduleConfig(Section):
     method: Literal[METHODS] = "whale"  # see whale.schedule
     weight_steps: int = Field(4, ge=1)  # E (whale, fast-slow)
+    weight_epochs: float | None = Field(None, gt=0)  # E in epochs of the train split; replaces weight_steps
     search_iters: int = Field(2, ge=1)  # I (whale, fast-slow)
     start: Literal["weights", "harness"] = "weights"
     budget_rollouts: int = Field(3000, ge=1)  # training + search rollouts, every method alike

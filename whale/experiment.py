@@ -38,7 +38,7 @@ from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
 from whale.metrics import SplitScore, score_split
 from whale.model.backends import build_engine
 from whale.model.engine import Engine, SamplingParams
-from whale.model.loading import load_model
+from whale.model.loading import check_model_name, load_model
 from whale.model.trainer import Trainer, TrainerConfig
 from whale.progress import track
 from whale.rft import examples_from, sample, select_kept, train_on
@@ -98,12 +98,14 @@ class Experiment:
         self.console = console or Console()
         if resume and (out / "state.json").exists():
             claim(out)  # first of all: two processes must never work on one run
+        check_model_name(cfg.model.name)
+        check_engine(cfg)
         check_proposer(cfg)
         check_tracking(cfg.tracking)
         self.domain = build_domain(cfg.domain)
         self.splits = self.domain.splits()
         seed = None if resume else self._seed_candidate()
-        self.schedule = build_schedule(cfg.schedule)
+        self.schedule = build_schedule(cfg.schedule, len(self.splits["train"]), cfg.rft.tasks_per_step)
         model, tokenizer = load_model(cfg.model.name, cfg.seed)
         w = cfg.weights
         trainer_cfg = TrainerConfig(
@@ -537,6 +539,30 @@ def resolve_train_dtype(choice: str, model: Any) -> str:
     from whale.model.fast_engine import bf16_matmul_speedup
 
     return "bfloat16" if bf16_matmul_speedup(model) >= 1.25 else "float32"
+
+
+def check_engine(cfg: Config) -> None:
+    """An engine that cannot serve this run is a one-line start-up error, before any model is loaded:
+    vLLM not installed; a remote server misconfigured, or asked to feed weight phases without ids."""
+    e = cfg.engine
+    try:
+        if e.kind == "vllm":
+            from whale.model.vllm_engine import import_vllm
+
+            if cfg.model.name == "tiny":
+                raise ValueError("engine.kind=vllm loads the model from a folder; model.name=tiny has none")
+            import_vllm()
+        elif e.kind == "remote":
+            from whale.model.remote_engine import RemoteEngine, weight_phase_problem
+
+            engine = RemoteEngine(e.remote)  # checks the URL and the API key variable
+            trains = cfg.schedule.method != "harness-only"
+            problem = weight_phase_problem(engine, cfg.weights.lora) if trains else ""
+            engine.close()
+            if problem:
+                raise ValueError(problem)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:

@@ -187,11 +187,21 @@ class AdaptiveAlternation:
         return Decision(nxt, False, "", signals)
 
 
-def build_schedule(cfg: Any) -> Schedule:
-    """The schedule named by `cfg.method` (a ScheduleConfig)."""
+def weight_phase_steps(cfg: Any, train_tasks: int, tasks_per_step: int) -> int:
+    """E in weight steps: `cfg.weight_epochs` passes over the train split when set (the paper's E = 0.6
+    epoch: each step draws `tasks_per_step` tasks, rounded up), else `cfg.weight_steps`."""
+    if cfg.weight_epochs is None:
+        return cfg.weight_steps
+    return max(1, math.ceil(cfg.weight_epochs * train_tasks / tasks_per_step - 1e-9))
+
+
+def build_schedule(cfg: Any, train_tasks: int = 0, tasks_per_step: int = 1) -> Schedule:
+    """The schedule named by `cfg.method` (a ScheduleConfig); the train split's size and the tasks per
+    RFT step turn `weight_epochs` into steps."""
     method = cfg.method
     if method in ("whale", "fast-slow"):
-        return FixedAlternation(cfg.weight_steps, cfg.search_iters, cfg.start)
+        steps = weight_phase_steps(cfg, train_tasks, tasks_per_step)
+        return FixedAlternation(steps, cfg.search_iters, cfg.start)
     if method == "whale-adaptive":
         a = cfg.adaptive
         return AdaptiveAlternation(

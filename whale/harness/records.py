@@ -15,6 +15,7 @@ class ModelCall:
     finish_reason: str
     train: bool
     params: dict[str, Any]
+    usage: dict[str, int] | None = None  # a remote server's token counts (see Generation.usage)
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Rollout:
 
     @property
     def generated_tokens(self) -> int:
-        return sum(len(c.completion_ids) for c in self.calls)
+        return sum(len(c.completion_ids) or (c.usage or {}).get("completion_tokens", 0) for c in self.calls)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

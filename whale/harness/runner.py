@@ -440,8 +440,9 @@ class RolloutRunner:
             recorded = {"temperature": p.temperature, "top_p": p.top_p, "top_k": p.top_k,
                         "max_tokens": p.max_tokens, "stop": list(p.stop), "seed": req.seed}  # fmt: skip
             call = ModelCall(
-                req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason, train, recorded
-            )
+                req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason, train, recorded,
+                usage=g.usage,
+            )  # fmt: skip
             w.rollout.calls.append(call)
             texts.append(g.text)
         w.request, w.resumed = None, time.monotonic()

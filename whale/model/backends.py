@@ -9,7 +9,7 @@ from whale.model.engine import Engine
 
 
 def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) -> Engine:
-    """The engine serving `model` in place (training updates are seen without a reload)."""
+    """The engine serving `model`: in place (hf), or following it through weight files (vllm, remote)."""
     if cfg.kind == "hf":
         from whale.model.hf_engine import HFEngine
 
@@ -23,4 +23,12 @@ def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) 
         )
         engine.dtype_reason = why
         return engine
+    if cfg.kind == "vllm":
+        from whale.model.vllm_engine import VLLMEngine
+
+        return VLLMEngine(model, tokenizer, cfg.vllm, max_batch)
+    if cfg.kind == "remote":
+        from whale.model.remote_engine import RemoteEngine
+
+        return RemoteEngine(cfg.remote, model)
     raise ValueError(f"engine.kind: unknown backend {cfg.kind!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,6 +42,9 @@ class Generation:
     # truncation. This is the quantity `whale.model.trainer.target_logprobs` computes, so a policy
     # gradient's importance ratio compares like with like.
     logprobs: list[float] | None = None
+    # Token counts as a remote server reported them ({"prompt_tokens", "completion_tokens"}); the only
+    # count there is when the server returns no token ids. None for in-process engines.
+    usage: dict[str, int] | None = None
 
 
 class Engine(Protocol):
@@ -49,3 +53,12 @@ class Engine(Protocol):
     weights_version: str
 
     def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]: ...
+
+
+def request_seed(request: GenerationRequest, batch_seed: int, index: int) -> int:
+    """The request's own seed; without one, a seed derived from the batch seed and the request's place,
+    for engines that seed each request separately (vLLM, remote servers) rather than per batch."""
+    if request.seed is not None:
+        return request.seed
+    key = f"{batch_seed}:{index}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") & ((1 << 63) - 1)

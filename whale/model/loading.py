@@ -113,6 +113,14 @@ def quiet_transformers() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|peft|torch)\b")
 
 
+def check_model_name(name: str) -> None:
+    """`name` is "tiny", "embedded" or an existing folder; checked before anything slow starts."""
+    if name not in ("tiny", "embedded") and not Path(name).is_dir():
+        raise ModelLoadError(
+            f"model {name!r}: no such folder (whale loads local models only, nothing is downloaded)"
+        )
+
+
 def load_model(name: str, seed: int = 0) -> tuple[Any, Any]:
     """Return (model, tokenizer) in fp32 for `embedded`, `tiny`, or a local folder / hub id."""
     import torch
@@ -124,11 +132,8 @@ def load_model(name: str, seed: int = 0) -> tuple[Any, Any]:
         model = tiny_model(len(tokenizer), seed)
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         return model, tokenizer
+    check_model_name(name)
     path = str(embedded_model_dir()) if name == "embedded" else name
-    if not Path(path).is_dir():
-        raise ModelLoadError(
-            f"model {name!r}: no such folder (whale loads local models only, nothing is downloaded)"
-        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

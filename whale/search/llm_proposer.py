@@ -15,14 +15,9 @@ Only the standard library is used (urllib), so any server that speaks the OpenAI
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
 import random
 import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +25,7 @@ from typing import Any
 from whale.config import ProposerConfig
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate
+from whale.openai_http import EndpointError, api_key_from_env, chat_url, parse_json, post_json
 from whale.search.archive import Archive, code_fingerprint
 from whale.search.proposer import Proposal, ProposalRequest, ProposerUsage, budget_spent, session_dir
 from whale.store import atomic_write_json, atomic_write_text, read_json, read_jsonl
@@ -66,10 +62,6 @@ _HYPOTHESIS = re.compile(
     r"^[ \t*#_>-]*HYPOTHESIS[ \t*_]*:[ \t*_]*(.+?)[ \t*_]*$", re.MULTILINE | re.IGNORECASE
 )
 _BASE = re.compile(r"\bBASE[ \t*_]*:[ \t*_`]*(c\d+)", re.IGNORECASE)
-
-
-class EndpointError(Exception):
-    """The endpoint could not be reached or its answer could not be read."""
 
 
 @dataclass
@@ -339,22 +331,8 @@ class LLMProposer:
     name = "llm"
 
     def __init__(self, cfg: ProposerConfig, usage: ProposerUsage, seed: int = 0):
-        if not cfg.base_url:
-            raise ValueError(
-                "proposer.base_url is required for the llm proposer (e.g. http://127.0.0.1:8000/v1)"
-            )
-        self.api_key: str | None = None
-        if cfg.api_key_env:
-            self.api_key = os.environ.get(cfg.api_key_env)
-            if not self.api_key:
-                raise ValueError(
-                    f"proposer.api_key_env names {cfg.api_key_env!r}, "
-                    "but that environment variable is not set"
-                )
-        if not cfg.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"proposer.base_url must start with http:// or https://, not {cfg.base_url!r}")
-        base = cfg.base_url.rstrip("/")
-        self.url = base if base.endswith("/chat/completions") else base + "/chat/completions"
+        self.url = chat_url(cfg.base_url, "proposer.base_url")
+        self.api_key = api_key_from_env(cfg.api_key_env, "proposer.api_key_env")
         self.cfg = cfg
         self.usage = usage
         self.seed = seed
@@ -440,27 +418,12 @@ class LLMProposer:
             "max_tokens": cfg.max_reply_tokens,
         }
         atomic_write_json(folder / "request.json", body)
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
         start = time.monotonic()
         self.usage.sessions += 1
         tally.calls += 1
         raw = b""
         try:
-            try:
-                with urllib.request.urlopen(req, timeout=cfg.timeout_s) as resp:
-                    raw = resp.read()
-            except urllib.error.HTTPError as exc:
-                detail = exc.read()[:500].decode("utf-8", "replace")
-                raise EndpointError(f"HTTP {exc.code} from {self.url}: {detail}".strip()) from exc
-            except urllib.error.URLError as exc:
-                raise EndpointError(f"cannot reach {self.url}: {exc.reason}") from exc
-            except TimeoutError as exc:
-                raise EndpointError(f"no answer from {self.url} within {cfg.timeout_s:g} s") from exc
-            except (OSError, http.client.HTTPException) as exc:
-                raise EndpointError(f"connection to {self.url} failed: {exc!r}") from exc
+            raw = post_json(self.url, body, self.api_key, cfg.timeout_s)
             reply = self._decode(raw)
             reply.seconds = time.monotonic() - start
         except EndpointError as exc:
@@ -485,11 +448,7 @@ class LLMProposer:
         return reply
 
     def _decode(self, raw: bytes) -> Reply:
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            text = raw[:200].decode("utf-8", "replace")
-            raise EndpointError(f"the answer from {self.url} is not JSON: {text!r}") from exc
+        data = parse_json(raw, self.url)
         try:
             choice = data["choices"][0]
             content = choice["message"]["content"]

@@ -1,0 +1,76 @@
+"""What vLLM and remote servers load after a weight step: a peft adapter folder (LoRA) or a safetensors state
+dict (full), each reproducing the trainer's model exactly when loaded onto a fresh copy of the base."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from whale.model.loading import load_model
+from whale.model.trainer import Trainer, TrainerConfig, TrainExample
+from whale.model.weight_sync import FULL_WEIGHTS_FILE, SyncFolders, lora_rank, model_folder, save_for_serving
+
+
+def trained(make_tiny, tokenizer, lora: bool) -> Trainer:
+    trainer = Trainer(
+        make_tiny(0), tokenizer.eos_token_id, TrainerConfig(lora=lora, lora_r=4, lr=0.01), seed=0
+    )
+    ids = tokenizer.encode("The capital of France is Paris.")
+    trainer.train([TrainExample(ids, [0] * 3 + [1] * (len(ids) - 3))])
+    return trainer
+
+
+def logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits
+
+
+def test_a_lora_adapter_folder_reproduces_the_trained_model(tmp_path, make_tiny, tokenizer):
+    from peft import PeftModel
+
+    trainer = trained(make_tiny, tokenizer, lora=True)
+    assert lora_rank(trainer.model) == 4
+    assert save_for_serving(trainer.model, tmp_path / "a") == "lora"
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {
+        p.name for p in (tmp_path / "a").iterdir()
+    }
+    served = PeftModel.from_pretrained(make_tiny(0), str(tmp_path / "a"))
+    ids = tokenizer.encode("Name a fruit.")
+    assert torch.equal(logits(served, ids), logits(trainer.model, ids))
+    assert not torch.equal(logits(make_tiny(0), ids), logits(trainer.model, ids))
+
+
+def test_full_weights_are_a_state_dict_that_reproduces_the_trained_model(tmp_path, make_tiny, tokenizer):
+    trainer = trained(make_tiny, tokenizer, lora=False)
+    assert lora_rank(trainer.model) is None
+    assert save_for_serving(trainer.model, tmp_path / "f") == "full"
+    state = load_file(str(tmp_path / "f" / FULL_WEIGHTS_FILE))
+    assert "lm_head.weight" not in state  # tied to the embeddings: written once, re-tied on load
+    fresh = make_tiny(0)
+    missing, unexpected = fresh.load_state_dict(state, strict=False)
+    assert missing == ["lm_head.weight"] and unexpected == []
+    ids = tokenizer.encode("Name a fruit.")
+    assert torch.equal(logits(fresh, ids), logits(trainer.model, ids))
+
+
+def test_the_model_folder_is_where_the_base_came_from(tmp_path, make_tiny, tokenizer):
+    with pytest.raises(ValueError, match="not loaded from a local folder"):
+        model_folder(make_tiny(0))
+    make_tiny(0).save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    model, _ = load_model(str(tmp_path / "m"))
+    trainer = Trainer(model, tokenizer.eos_token_id, TrainerConfig(lora=True, lora_r=4))
+    assert model_folder(trainer.model) == tmp_path / "m"  # through the peft wrapper too
+
+
+def test_only_the_served_version_stays_on_disk(tmp_path):
+    folders = SyncFolders(str(tmp_path))
+    first = folders.next("w1")
+    first[1].mkdir()
+    folders.done(first[1])
+    second = folders.next("w2")
+    second[1].mkdir()
+    assert (first[0], second[0]) == (1, 2) and first[1].exists()
+    folders.done(second[1])
+    assert [p.name for p in tmp_path.iterdir()] == ["00002-w2"]
