@@ -4,3 +4,11 @@ Kept import-light on purpose: sandbox workers import `whale.harness.worker`, whi
 """
 
 __version__ = "0.1.0"
+
+
+def load_agent(folder: str, temperature: float | None = None):  # noqa: ANN201 - whale.agent.Agent, lazily
+    """Load an exported agent bundle (`whale export`): `load_agent(dir)(task_inputs)` returns the answer
+    and the trace. See whale.agent."""
+    from whale.agent import load_agent as load
+
+    return load(folder, temperature)
