@@ -114,7 +114,7 @@ def _per_task_rewards(run: Path, point: int) -> dict[str, dict[str, list[float]]
     return scores
 
 
-def _readme(manifest: dict[str, Any]) -> str:
+def _readme(manifest: dict[str, Any], example: str) -> str:
     v, t = manifest["scores"]["val"], manifest["scores"]["test"]
     k = t["k"]
     weights = {
@@ -143,15 +143,19 @@ Weights `{manifest["weights"]}` with harness `{manifest["harness"]}`, from evalu
 
 ## Run it
 
+Task inputs are a JSON object with the fields the `{manifest["domain"]["name"]}` domain gives its tasks;
+a task of the domain can also be named by id (it then gets a reward).
+
 ```bash
-whale agent BUNDLE --input '{{"question": "..."}}'    # one task from the shell
+whale agent BUNDLE --input '{{...task inputs...}}'     # one task from the shell
+whale agent BUNDLE --task {example}
 whale serve BUNDLE --port 8000                        # POST /run, GET /health on 127.0.0.1
 ```
 
 ```python
 import whale
 agent = whale.load_agent("BUNDLE")
-result = agent({{"question": "..."}})     # result.answer, result.trace
+result = agent({{...task inputs...}})     # result.answer, result.trace
 ```
 
 Sampling follows the run's config (temperature {manifest["config"]["sampling"]["temperature"]}); pass
@@ -179,7 +183,8 @@ def export_bundle(run: Path, version: AgentVersion, out: Path, adapter: bool = F
         if cfg.domain.file:
             shutil.copyfile(cfg.domain.file, tmp / "domain.py")
         atomic_write_json(tmp / "domain.json", domain)
-        atomic_write_json(tmp / "scores.json", _per_task_rewards(run, version.point))
+        scores = _per_task_rewards(run, version.point)
+        atomic_write_json(tmp / "scores.json", scores)
         manifest = {
             "format": FORMAT,
             "agent": version.id,
@@ -199,7 +204,7 @@ def export_bundle(run: Path, version: AgentVersion, out: Path, adapter: bool = F
             "config": cfg.model_dump(),
             "packages": package_versions(),
         }
-        atomic_write_text(tmp / "README.md", _readme(manifest))
+        atomic_write_text(tmp / "README.md", _readme(manifest, next(iter(scores["test"]), "TASK_ID")))
         manifest["files"] = {name: sha256_file(tmp / name) for name in bundle_files(tmp)}
         atomic_write_json(tmp / MANIFEST, manifest)
 

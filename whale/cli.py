@@ -249,8 +249,9 @@ def agents(
     versions = agent_versions(run_dir)
     best = best_version(versions).point if versions else None
     table = Table(title=f"{run_dir}: {len(versions)} agent versions")
-    for col in ("version", "point", "label", "phase", "rollouts", "val mean@k [95% CI]",
-                "test mean@k [95% CI]", "weights", ""):  # fmt: skip
+    k = versions[0].test["k"] if versions else "k"
+    for col in ("version", "point", "label", "phase", "rollouts", f"val mean@{k} [95% CI]",
+                f"test mean@{k} [95% CI]", "weights", ""):  # fmt: skip
         table.add_column(col)
     for v in versions:
         weights = "deleted" if v.missing else v.checkpoint or "base model"
