@@ -192,7 +192,8 @@ def test_diff_reports_harness_weights_and_paired_scores(agent_run, agent_bundle,
 def test_command_line_lists_exports_runs_and_refuses_mistakes(agent_run, tmp_path, capsys):
     listing = whale_here(capsys, "agents", str(agent_run))
     assert listing.returncode == 0, listing.stderr[-2000:]
-    for words in ("w0-c0000", "w2-c0000", "w4-c0000", "best val", "deleted", "u00004", "storage:"):
+    pruned = "w2-c0000 (point 1) cannot be exported: checkpoint u00002 is no longer on disk"
+    for words in ("w0-c0000", "w4-c0000", "best val", "u00004", "storage:", pruned):
         assert words in listing.stdout, words
     status = whale_here(capsys, "status", str(agent_run))
     assert "storage:" in status.stdout and "checkpoints" in status.stdout

@@ -254,10 +254,13 @@ def agents(
                 f"test mean@{k} [95% CI]", "weights", ""):  # fmt: skip
         table.add_column(col)
     for v in versions:
-        weights = "deleted" if v.missing else v.checkpoint or "base model"
+        weights = "-" if v.missing else v.checkpoint or "base model"
         table.add_row(v.id, str(v.point), v.label, v.phase, str(v.rollouts), _ci(v.val), _ci(v.test),
                       weights, "best val" if v.point == best else "")  # fmt: skip
     console.print(table)
+    for v in versions:
+        if v.missing:
+            console.print(f"{v.id} (point {v.point}) cannot be exported: {v.missing}", highlight=False)
     console.print(storage_line(run_dir, read_json(run_dir / "state.json")), highlight=False)
 
 

@@ -22,8 +22,10 @@ def harness_diff(search: Path, final: str) -> str:
         return ""
     return "".join(
         difflib.unified_diff(
-            seed.read_text().splitlines(True), mine.read_text().splitlines(True),
-            "seed/harness.py", f"{final}/harness.py",
+            seed.read_text().splitlines(True),
+            mine.read_text().splitlines(True),
+            "seed/harness.py",
+            f"{final}/harness.py",
         )  # fmt: skip
     )
 

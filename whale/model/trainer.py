@@ -110,7 +110,7 @@ class Trainer:
         self.pad_id = pad_id
         self.rng = random.Random(seed)
         self.model = with_lora(model, config) if config.lora else model
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
         self.steps = 0
 
