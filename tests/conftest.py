@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import io
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from rich.console import Console
 
 from whale.domains.base import SPLITS, Task, ToolError
 from whale.model.engine import Generation, GenerationRequest
@@ -140,3 +143,42 @@ def add_domain() -> AddDomain:
 @pytest.fixture
 def fake_engine() -> FakeEngine:
     return FakeEngine()
+
+
+# ---- one finished run, shared by the agent-bundle and serving tests ---------------------------------------
+
+REPLY_HARNESS = """\
+def run(task, llm, tools):
+    return llm.chat([{"role": "user", "content": task["question"]}], max_tokens=8)
+"""
+
+
+@pytest.fixture(scope="session")
+def agent_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished tiny run under greedy decoding (weight-only; evaluation points at 0, 8 and 16 rollouts,
+    i.e. weights w0, w2, w4) whose harness answers with the model's reply, so an answer is model output.
+    `checkpoints.keep_every=2` keeps the weights of points 0 and 2 (and the best by validation) only."""
+    from whale.config import load_config
+    from whale.experiment import Experiment
+
+    folder = tmp_path_factory.mktemp("agent-run")
+    (folder / "reply.py").write_text(REPLY_HARNESS)
+    cfg = load_config("tiny", None, [
+        "sampling.temperature=0", f"domain.harness={folder / 'reply.py'}",
+        "domain.sizes={train: 20, search: 3, val: 3, test: 3}", "rft.tasks_per_step=2", "rft.k=2",
+        "eval.k=1", "eval.every_rollouts=8", "schedule.method=weight-only", "schedule.budget_rollouts=16",
+        "checkpoints.keep_every=2", "runner.workers=4",
+    ])  # fmt: skip
+    Experiment(cfg, folder / "run", Console(file=io.StringIO())).run()
+    return folder / "run"
+
+
+@pytest.fixture(scope="session")
+def agent_bundle(agent_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's last agent version (trained weights w4), exported with merged weights."""
+    from whale.agents import agent_versions
+    from whale.bundle import export_bundle
+
+    out = tmp_path_factory.mktemp("bundles") / "w4"
+    export_bundle(agent_run, agent_versions(agent_run)[-1], out)
+    return out

@@ -25,6 +25,7 @@ from whale.config import Config, ConfigError, config_from_dict
 from whale.metrics import PairedDifference, bootstrap_ci, paired_difference
 from whale.schedule import METHODS
 from whale.store import atomic_write_json, atomic_write_text, read_json, read_jsonl
+from whale.summary import best_val_point
 
 
 @dataclass
@@ -127,7 +128,7 @@ def method_row(method: str, folders: list[Path]) -> tuple[MethodRow, dict[str, f
         if not points:
             raise ConfigError(f"{folder}: no evaluation points")
         top = max(points, key=lambda p: p["test"]["mean"])
-        chosen = max(points, key=lambda p: (p["val"]["mean"], -p["point"]))
+        chosen = best_val_point(points)
         best.append(per_task_rewards(folder, top["point"]))
         selected.append(per_task_rewards(folder, chosen["point"]))
         reached = rollouts_to_fraction(points)

@@ -174,6 +174,15 @@ class DomainConfig(Section):
         return {"name": data} if isinstance(data, str) else data
 
 
+class CheckpointsConfig(Section):
+    """Which weights checkpoints a run keeps (docs/agents.md). The latest (the resume point) always stays.
+    keep_every 1 keeps those of every evaluation point and phase switch; N > 1 keeps only those of every
+    Nth evaluation point plus the `keep_best` best by validation mean@k, so long runs do not fill the disk."""
+
+    keep_every: int = Field(1, ge=1)
+    keep_best: int = Field(1, ge=0)
+
+
 class TrackingConfig(Section):
     """Optional scalars to TensorBoard (<run>/tensorboard) and Weights & Biases (offline by default)."""
 
@@ -204,6 +213,7 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     domain: DomainConfig = Field(default_factory=DomainConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
 

@@ -9,7 +9,9 @@ Run directory:
     rollouts/train.jsonl   every RFT rollout
     evals/<point>/<split>.jsonl   evaluation rollouts
     search/                the archive (see whale.search.archive)
-    checkpoints/<unit>/    trainable weights + optimizer; phase-boundary ones are kept
+    checkpoints/<unit>/    trainable weights + optimizer; those of evaluation points and phase switches are
+                           kept (thinned by `checkpoints.keep_every`), so every evaluation point is an
+                           agent version `whale export` can rebuild (whale.agents)
     state.json             the commit point: written last, atomically, after every unit of work
 
 Resume reads state.json, cuts every JSONL back to the length it had at that commit, drops archive
@@ -30,7 +32,7 @@ import yaml
 from rich.console import Console
 
 from whale.budget import Budget
-from whale.config import Config, ConfigError
+from whale.config import Config, ConfigError, WeightsConfig
 from whale.domains.registry import build_domain
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate, Rollout
@@ -55,12 +57,14 @@ from whale.search.proposer import (
     full_brief,
 )
 from whale.status import claim, release
+from whale.storage import folder_bytes, retained_checkpoints
 from whale.store import (
     append_jsonl,
     atomic_write_json,
     atomic_write_text,
     jsonl_line_count,
     read_json,
+    read_jsonl,
     truncate_jsonl,
 )
 from whale.summary import run_summary
@@ -85,6 +89,7 @@ class RunState:
     next_eval_at: int = 0  # budget rollouts at which the next evaluation is due
     checkpoint: str | None = None
     kept_checkpoints: list[str] | None = None
+    checkpoint_bytes: int = 0  # weights checkpoints written over the run's life (retention deletes some)
     engine_calls: int = 0
     log_lines: dict[str, int] | None = None
     candidates: list[str] | None = None
@@ -107,14 +112,13 @@ class Experiment:
         seed = None if resume else self._seed_candidate()
         self.schedule = build_schedule(cfg.schedule, len(self.splits["train"]), cfg.rft.tasks_per_step)
         model, tokenizer = load_model(cfg.model.name, cfg.seed)
-        w = cfg.weights
-        trainer_cfg = TrainerConfig(
-            lora=w.lora, lora_r=w.lora_r, lora_alpha=w.lora_alpha, lr=w.lr,
-            minibatch=w.minibatch, micro_batch=w.micro_batch, epochs=w.epochs,
-            dtype=resolve_train_dtype(w.dtype, model),
-        )  # fmt: skip
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.trainer = Trainer(model, pad, trainer_cfg, seed=cfg.seed)
+        self.trainer = Trainer(
+            model,
+            pad,
+            trainer_config(cfg.weights, resolve_train_dtype(cfg.weights.dtype, model)),
+            seed=cfg.seed,
+        )
         self.engine = build_engine(cfg.engine, self.trainer.model, tokenizer, cfg.model.max_batch)
         self.runner = build_runner(cfg, self.engine, self.domain)
         self._prepare_dir(resume)  # only now: a config, domain or model error leaves nothing on disk
@@ -184,25 +188,37 @@ class Experiment:
         append_jsonl(self.out / "events.jsonl", [{"event": "resume", "unit": state.unit}])
         return state
 
+    def _checkpoint_name(self) -> str:
+        """The folder the weights of the current unit go to when it commits."""
+        return f"u{self.state.unit:05d}"
+
     def _commit(self, weights_changed: bool, boundary: bool) -> None:
-        """Persist weights (if changed) then state.json; state.json is the single commit point."""
+        """Persist weights (if changed) then state.json; state.json is the single commit point. Checkpoint
+        folders neither kept (boundaries, thinned by `checkpoints.keep_every`) nor the latest go after it."""
         st = self.state
-        previous = st.checkpoint
         if weights_changed:
-            name = f"u{st.unit:05d}"
+            name = self._checkpoint_name()
             tmp = self.out / "checkpoints" / f".{name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             self.trainer.save(tmp)
+            st.checkpoint_bytes += folder_bytes(tmp)
             tmp.rename(self.out / "checkpoints" / name)
             st.checkpoint = name
         if boundary and st.checkpoint:
             st.kept_checkpoints = sorted(set(st.kept_checkpoints or []) | {st.checkpoint})
+        keep = self.cfg.checkpoints
+        if keep.keep_every > 1 and st.kept_checkpoints:
+            points = read_jsonl(self.out / "evals.jsonl")
+            retained = retained_checkpoints(points, keep.keep_every, keep.keep_best)
+            st.kept_checkpoints = sorted(set(st.kept_checkpoints) & retained)
         st.engine_calls = self.runner.engine_calls
         st.log_lines = {name: jsonl_line_count(self.out / name) for name in LOGS}
         st.candidates = self.archive.ids()
         atomic_write_json(self.out / "state.json", asdict(st))
-        if previous and previous != st.checkpoint and previous not in (st.kept_checkpoints or []):
-            shutil.rmtree(self.out / "checkpoints" / previous, ignore_errors=True)
+        keep_names = set(st.kept_checkpoints or []) | {st.checkpoint}
+        for folder in (self.out / "checkpoints").glob("u*"):
+            if folder.name not in keep_names:
+                shutil.rmtree(folder, ignore_errors=True)
 
     # ---- the loop --------------------------------------------------------------------------------
 
@@ -262,10 +278,11 @@ class Experiment:
                     f"units: {decision.reason}"
                 )
             due = b.rollouts >= st.next_eval_at or b.exhausted
+            trained = sched.kind == WEIGHTS
             if due:
-                self._evaluate("end" if b.exhausted else f"{b.rollouts} rollouts")
+                self._evaluate("end" if b.exhausted else f"{b.rollouts} rollouts", weights_pending=trained)
                 st.next_eval_at = (b.rollouts // every + 1) * every
-            self._commit(sched.kind == WEIGHTS, boundary=decision.switched or due)
+            self._commit(trained, boundary=decision.switched or due)
         if not st.finished:
             self._finish("budget spent")
         self.runner.close()
@@ -459,12 +476,16 @@ class Experiment:
         self.console.print(f"  population iteration {st.search_iters}: {members}")
         return best.mean, changed
 
-    def _evaluate(self, label: str) -> None:
+    def _evaluate(self, label: str, weights_pending: bool = False) -> None:
+        """Score the incumbent on val and test. The record names the checkpoint folder holding the weights
+        evaluated (None: the base model; `weights_pending`: they are saved when this unit commits), so
+        every evaluation point is an agent version that `whale export` can rebuild."""
         st, k = self.state, self.cfg.eval.k
         harness = self.archive.load(st.incumbent)
+        checkpoint = self._checkpoint_name() if weights_pending else st.checkpoint
         record: dict[str, Any] = {
             "point": st.eval_points, "label": label, "phase": ScheduleState(**st.schedule).kind,
-            "weights": self.engine.weights_version, "harness": harness.id,
+            "weights": self.engine.weights_version, "checkpoint": checkpoint, "harness": harness.id,
         }  # fmt: skip
         for split in ("val", "test"):
             tasks = self.splits[split]
@@ -563,6 +584,14 @@ def check_engine(cfg: Config) -> None:
                 raise ValueError(problem)
     except (ImportError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
+
+
+def trainer_config(w: WeightsConfig, dtype: str = "float32") -> TrainerConfig:
+    """The trainer's settings from the config; `dtype` already resolved (see resolve_train_dtype)."""
+    return TrainerConfig(
+        lora=w.lora, lora_r=w.lora_r, lora_alpha=w.lora_alpha, lr=w.lr,
+        minibatch=w.minibatch, micro_batch=w.micro_batch, epochs=w.epochs, dtype=dtype,
+    )  # fmt: skip
 
 
 def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from whale.config import ConfigError
+from whale.storage import storage_line
 from whale.store import atomic_write_json, read_json, read_jsonl
 
 PID_FILE = "run.pid"
@@ -85,6 +86,7 @@ def run_status(folder: Path) -> list[str]:
     if usage:
         lines.append(f"proposer: {usage['sessions']} sessions, {usage['tokens']} tokens, ${usage['usd']:.2f}"
                      + (f"; {state['proposer_spent']}" if state.get("proposer_spent") else ""))  # fmt: skip
+    lines.append(storage_line(folder, state))
     events = read_jsonl(folder / "events.jsonl")
     if events:
         e = events[-1]

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -250,3 +251,26 @@ def atomic_copy_tree(src: PathLike, dst: PathLike) -> None:
     _fsync_dir(dst.parent)
     if had_old:
         _remove(old)
+
+
+def atomic_build_folder(target: PathLike, build: Callable[[Path], None]) -> Path:
+    """Create folder `target` by `build(tmp)` in a temporary sibling, then one rename: a build that fails
+    or is killed leaves no `target` (and its temporary folder is removed). An existing `target` is kept as
+    it is, and one that another process renamed into place first wins."""
+    target = Path(target)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        build(tmp)
+        os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700; the folder should read like any other
+        os.replace(tmp, target)
+    except OSError:
+        if not target.exists():
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    _fsync_dir(target.parent)
+    return target

@@ -22,10 +22,17 @@ def harness_diff(search: Path, final: str) -> str:
         return ""
     return "".join(
         difflib.unified_diff(
-            seed.read_text().splitlines(True), mine.read_text().splitlines(True),
-            "seed/harness.py", f"{final}/harness.py",
+            seed.read_text().splitlines(True),
+            mine.read_text().splitlines(True),
+            "seed/harness.py",
+            f"{final}/harness.py",
         )  # fmt: skip
     )
+
+
+def best_val_point(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The evaluation point with the best validation mean@k, the earliest on a tie (test is never used)."""
+    return max(points, key=lambda p: (p["val"]["mean"], -p["point"]))
 
 
 def run_summary(out: Path) -> dict[str, Any] | None:
@@ -37,7 +44,7 @@ def run_summary(out: Path) -> dict[str, Any] | None:
     config_file = out / "config.yaml"
     config = (yaml.safe_load(config_file.read_text()) or {}) if config_file.is_file() else {}
     best_test = max(points, key=lambda p: p["test"]["mean"])
-    best_val = max(points, key=lambda p: (p["val"]["mean"], -p["point"]))
+    best_val = best_val_point(points)
     final = state.get("incumbent", "c0000")
     switches = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "phase_switch"]
     return {

@@ -86,6 +86,8 @@ class RolloutJob:
     # Distinguishes otherwise identical jobs (e.g. the RFT step number), so that a task drawn again in a
     # later step gets fresh samples rather than the ones it got before.
     salt: str = ""
+    # False for a task without gold data (a deployed agent answering a user): no reward is computed.
+    verify: bool = True
 
 
 @dataclass
@@ -106,6 +108,7 @@ class _Worker:
     # continuous batching: engine handle -> (sample index, request) of the queued call, and its results
     handles: dict[int, tuple[int, GenerationRequest]] = field(default_factory=dict)
     results: list[tuple[GenerationRequest, Generation] | None] = field(default_factory=list)
+    verify: bool = True  # the current job's
 
 
 class RolloutRunner:
@@ -237,6 +240,7 @@ class RolloutRunner:
         w = self._take_worker()
         now = time.monotonic()
         w.job, w.task, w.started, w.resumed, w.request = job, job.task, now, now, None
+        w.verify = job.verify
         w.secret = secrets.token_hex(16)
         w.rollout = Rollout(job.task.id, job.harness.id, self.engine.weights_version, job.sample)
         w.toolbox = self.domain.toolbox(job.task)
@@ -518,7 +522,7 @@ class RolloutRunner:
         rollout = w.rollout
         self.selector.unregister(fd)
         del busy[fd]
-        if rollout.error is None:
+        if rollout.error is None and w.verify:
             try:
                 rollout.reward = float(self.domain.verify(w.task, rollout.answer, w.toolbox))
             except Exception as exc:  # noqa: BLE001 - a harness-chosen answer must not crash the run

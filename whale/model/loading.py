@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from whale.store import atomic_build_folder
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -36,30 +36,13 @@ def embedded_gguf_dir() -> Path:
     return folder
 
 
-def _atomic_folder(target: Path, build: Any) -> Path:
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
-    try:
-        build(tmp)
-        os.replace(tmp, target)
-    except OSError:
-        if not target.exists():
-            raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
 def embedded_tokenizer_dir() -> Path:
     def build(tmp: Path) -> None:
         from transformers import AutoTokenizer
 
         AutoTokenizer.from_pretrained(str(embedded_gguf_dir()), gguf_file=GGUF_FILE).save_pretrained(tmp)
 
-    return _atomic_folder(cache_dir() / "smollm2-135m-instruct-tokenizer", build)
+    return atomic_build_folder(cache_dir() / "smollm2-135m-instruct-tokenizer", build)
 
 
 def embedded_model_dir() -> Path:
@@ -80,7 +63,7 @@ def embedded_model_dir() -> Path:
         model.save_pretrained(tmp)
         AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE).save_pretrained(tmp)
 
-    return _atomic_folder(cache_dir() / "smollm2-135m-instruct", build)
+    return atomic_build_folder(cache_dir() / "smollm2-135m-instruct", build)
 
 
 def tiny_model(vocab_size: int, seed: int = 0) -> Any:

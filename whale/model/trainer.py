@@ -81,25 +81,43 @@ def token_nll(model: Any, batch: list[TrainExample], pad_id: int) -> tuple[torch
     return -torch.cat(per_example).sum(), count
 
 
+def with_lora(model: Any, config: TrainerConfig) -> Any:
+    """`model` wrapped with the LoRA adapters the trainer trains (the targets it has, of config's list)."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = [t for t in config.lora_targets if any(n.endswith(t) for n, _ in model.named_modules())]
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+def load_trainable(model: Any, folder: Path) -> None:
+    """Load a checkpoint's trainable weights (see Trainer.save) into `model`, built as the trainer built it;
+    a checkpoint missing any of them is refused rather than silently half-loaded."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(folder / "weights.safetensors"))
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    missing = trainable - set(state)
+    if missing:
+        raise ValueError(
+            f"{folder}: checkpoint lacks {len(missing)} trainable tensors (e.g. {sorted(missing)[0]})"
+        )
+    model.load_state_dict(state, strict=False)
+
+
 class Trainer:
     def __init__(self, model: Any, pad_id: int, config: TrainerConfig, seed: int = 0):
         self.config = config
         self.pad_id = pad_id
         self.rng = random.Random(seed)
-        if config.lora:
-            from peft import LoraConfig, get_peft_model
-
-            targets = [t for t in config.lora_targets if any(n.endswith(t) for n, _ in model.named_modules())]
-            lora = LoraConfig(
-                r=config.lora_r,
-                lora_alpha=config.lora_alpha,
-                lora_dropout=config.lora_dropout,
-                target_modules=targets,
-                task_type="CAUSAL_LM",
-            )
-            model = get_peft_model(model, lora)
-        self.model = model
-        params = [p for p in model.parameters() if p.requires_grad]
+        self.model = with_lora(model, config) if config.lora else model
+        params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
         self.steps = 0
 
@@ -173,15 +191,7 @@ class Trainer:
         atomic_write_bytes(folder / "optimizer.pt", optimizer.getvalue())
 
     def load(self, folder: Path) -> None:
-        from safetensors.torch import load_file
-
-        state = load_file(str(folder / "weights.safetensors"))
-        missing = set(self.trainable_state()) - set(state)
-        if missing:
-            raise ValueError(
-                f"{folder}: checkpoint lacks {len(missing)} trainable tensors (e.g. {sorted(missing)[0]})"
-            )
-        self.model.load_state_dict(state, strict=False)
+        load_trainable(self.model, folder)
         extra = torch.load(folder / "optimizer.pt", weights_only=True)
         self.optimizer.load_state_dict(extra["optimizer"])
         self.steps = int(extra["steps"])
