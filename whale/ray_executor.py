@@ -118,9 +118,6 @@ class RolloutActor:
             "weights_version": served,
         }
 
-    def close(self) -> None:
-        self.runner.close()
-
 
 class RayExecutor:
     """The Executor over Ray actors; see the module docstring for the actor layout and failure policy."""
@@ -166,7 +163,7 @@ class RayExecutor:
                 raise RuntimeError(f"ray executor: an actor serves {served} after loading {version}")
 
     def run(self, jobs: list[RolloutJob], on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
-        size = max(1, min(self.chunk_size, -(-len(jobs) // len(self.actors))))
+        size = max(1, min(self.chunk_size, -(-len(jobs) // max(1, len(self.actors)))))
         chunks = [jobs[i : i + size] for i in range(0, len(jobs), size)]
         todo = deque(range(len(chunks)))
         idle = deque(self.actors)
