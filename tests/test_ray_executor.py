@@ -32,10 +32,12 @@ from whale.store import read_json, read_jsonl
 pytestmark = pytest.mark.slow
 
 STALL_DOMAIN = Path(__file__).parent / "fixtures" / "stall_domain.py"
-# The tiny preset, cut down: two weight steps (so weights are pushed to the actors twice), one search
-# iteration, and evaluations at the start, after 30 rollouts and at the end.
+# The tiny preset, cut down: two weight steps of 8 rollouts (so weights are pushed to the actors twice),
+# one search iteration, and evaluations at the start, after the weight steps and at the end.
 TINY_RUN = [
-    "schedule.budget_rollouts=40",
+    "schedule.budget_rollouts=24",
+    "rft.tasks_per_step=2",
+    "eval.every_rollouts=12",
     "eval.k=1",
     "domain.sizes={train: 50, search: 4, val: 4, test: 4}",
     "runner.workers=4",
@@ -78,7 +80,7 @@ def test_tiny_run_through_ray_matches_the_local_executor(ray_cluster, tmp_path):
         runs[kind] = run_records(tmp_path / kind)
     local, remote = runs["local"], runs["ray"]
     assert local["budget"] == remote["budget"]
-    assert local["budget"]["train_rollouts"] == 32 and local["budget"]["search_rollouts"] > 0
+    assert local["budget"]["train_rollouts"] == 16 and local["budget"]["search_rollouts"] > 0
     assert local.keys() == remote.keys()
     assert len([n for n in local if "traces" in n]) >= 2  # candidates were evaluated through the executor
     for name in local:

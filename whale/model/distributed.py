@@ -5,11 +5,11 @@ DistributedTrainer keeps the driver's model as the copy that engines serve and c
 Each rank process loads the same model, wraps it as the driver did, takes the driver's trainable state,
 shards it with FSDP2 (`fully_shard`, one unit per decoder layer) and keeps AdamW over its shards. A train
 call plans minibatches and micro-batches exactly as Trainer.train does and deals the micro-batches out
-round-robin; each rank runs forward and backward on its share through the same `token_nll`, FSDP sums the
-gradients across ranks, and every rank clips and steps its shard. The per-step loss is therefore the
-single-process loss, and the updated weights agree with it to float rounding. Afterwards rank 0 gathers
-the trainable state and the driver loads it into its copy. Checkpoints use Trainer's format (optimizer
-state keyed by parameter index), so a run may resume under either trainer.
+round-robin; each rank runs forward and backward on its share through the same `token_nll`, the gradients
+are summed across ranks (FSDP's reduce-scatter), and every rank clips and steps its shard. The per-step
+loss is therefore the single-process loss, and the updated weights agree with it to float rounding.
+Afterwards rank 0 gathers the trainable state and the driver loads it into its copy. Checkpoints use
+Trainer's format (optimizer state keyed by parameter index), so a run may resume under either trainer.
 """
 
 from __future__ import annotations
