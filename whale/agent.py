@@ -122,7 +122,7 @@ def load_agent(folder: str | Path, temperature: float | None = None) -> Agent:
     manifest = verify_bundle(folder)  # before the heavy imports: a bad bundle is refused at once
 
     from whale.domains.registry import build_domain
-    from whale.experiment import build_runner
+    from whale.executor import build_runner
     from whale.model.backends import build_engine
 
     cfg = bundle_config(folder, manifest, temperature)

@@ -80,7 +80,7 @@ def _write_weights(tmp: Path, cfg: Config, checkpoint: Path | None, adapter: boo
     """Write the version's weights into `tmp`; returns the weights format: merged, adapter or base."""
     from safetensors import SafetensorError
 
-    from whale.experiment import trainer_config
+    from whale.model.distributed import trainer_config
     from whale.model.loading import load_model
     from whale.model.trainer import load_trainable, with_lora
 

@@ -109,10 +109,9 @@ def _run_harness(
 ) -> tuple[list, list]:
     """Build domain, model and runner from `cfg`; run k rollouts of the harness on each task of `split`."""
     from whale.domains.registry import build_domain
-    from whale.experiment import build_runner
+    from whale.executor import build_executor
     from whale.harness.records import HarnessCandidate
     from whale.harness.runner import RolloutJob
-    from whale.model.backends import build_engine
     from whale.model.loading import load_model
     from whale.progress import track
 
@@ -122,7 +121,7 @@ def _run_harness(
         raise _user_error(f"--split {split}: expected one of {', '.join(splits)}")
     tasks = splits[split][:limit]
     model, tokenizer = load_model(cfg.model.name, cfg.seed)
-    runner = build_runner(cfg, build_engine(cfg.engine, model, tokenizer, cfg.model.max_batch), dom)
+    runner = build_executor(cfg, model, tokenizer, dom, weights=None)
     candidate = HarnessCandidate(name, source)
     try:
         with track(console, label, len(tasks) * k) as tick:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,6 +83,11 @@ class WeightsConfig(Section):
     epochs: int = Field(1, ge=1)
     # forward/backward compute dtype; "auto" takes bfloat16 (autocast) only where it measures faster
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    # fsdp: train in `world_size` processes with the parameters sharded (FSDP2), for models that do not
+    # fit one device; same results as one process (whale/model/distributed.py)
+    parallel: Literal["none", "fsdp"] = "none"
+    world_size: int = Field(2, ge=1)  # fsdp: training processes, one per GPU
+    backend: Literal["auto", "nccl", "gloo"] = "auto"  # fsdp: auto = nccl with enough GPUs, else gloo
 
 
 class RFTConfig(Section):
@@ -199,6 +205,36 @@ class RunnerConfig(Section):
     memory_mb: int = Field(512, ge=64)
 
 
+RAY_ADDRESS = re.compile(r"auto|(ray://)?[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}")
+
+
+class ExecutorConfig(Section):
+    """Where rollouts run: in this process (`local`), or spread over Ray actors, each with its own model
+    copy, engine and sandbox workers (`ray`, needs `pip install 'whale[ray]'`; see docs/ray.md)."""
+
+    kind: Literal["local", "ray"] = "local"
+    address: str | None = (
+        None  # ray: None starts a local Ray; "auto", "host:port" or "ray://host:port" joins one
+    )
+    actors: int = Field(2, ge=1)  # ray: rollout actors (one per GPU or CPU slot)
+    num_cpus_per_actor: float = Field(1.0, gt=0)
+    num_gpus_per_actor: float = Field(0.0, ge=0)
+    num_cpus: int | None = Field(
+        None, ge=1
+    )  # local Ray started by whale: CPUs (default: what the actors need)
+    object_store_mb: int = Field(200, ge=75)  # local Ray started by whale: object store size
+    max_restarts: int = Field(2, ge=0)  # times Ray restarts an actor whose process died
+    max_retries: int = Field(3, ge=0)  # times one chunk of rollouts is resubmitted after its actor died
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ExecutorConfig:
+        if self.kind == "local" and self.address is not None:
+            raise ValueError("address is only used with kind ray")
+        if self.address is not None and not RAY_ADDRESS.fullmatch(self.address):
+            raise ValueError("address must be 'auto', 'host:port' or 'ray://host:port'")
+        return self
+
+
 class Config(Section):
     name: str = "run"
     seed: int = Field(0, ge=0, lt=2**32)  # torch seeds are 64-bit; the engine uses seed * 1_000_003 + n
@@ -214,6 +250,7 @@ class Config(Section):
     domain: DomainConfig = Field(default_factory=DomainConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
 

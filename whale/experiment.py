@@ -32,16 +32,15 @@ import yaml
 from rich.console import Console
 
 from whale.budget import Budget
-from whale.config import Config, ConfigError, WeightsConfig
+from whale.config import Config, ConfigError
 from whale.domains.registry import build_domain
+from whale.executor import build_executor
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate, Rollout
-from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.runner import RolloutJob
 from whale.metrics import SplitScore, score_split
-from whale.model.backends import build_engine
-from whale.model.engine import Engine, SamplingParams
-from whale.model.loading import check_model_name, load_model
-from whale.model.trainer import Trainer, TrainerConfig
+from whale.model.distributed import build_trainer
+from whale.model.loading import check_model_name
 from whale.progress import track
 from whale.rft import examples_from, sample, select_kept, train_on
 from whale.schedule import HARNESS, WEIGHTS, ScheduleState, SinglePhase, UnitReport, build_schedule
@@ -111,16 +110,8 @@ class Experiment:
         self.splits = self.domain.splits()
         seed = None if resume else self._seed_candidate()
         self.schedule = build_schedule(cfg.schedule, len(self.splits["train"]), cfg.rft.tasks_per_step)
-        model, tokenizer = load_model(cfg.model.name, cfg.seed)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.trainer = Trainer(
-            model,
-            pad,
-            trainer_config(cfg.weights, resolve_train_dtype(cfg.weights.dtype, model)),
-            seed=cfg.seed,
-        )
-        self.engine = build_engine(cfg.engine, self.trainer.model, tokenizer, cfg.model.max_batch)
-        self.runner = build_runner(cfg, self.engine, self.domain)
+        self.trainer, tokenizer = build_trainer(cfg)
+        self.runner = build_executor(cfg, self.trainer.model, tokenizer, self.domain, self.trainer)
         self._prepare_dir(resume)  # only now: a config, domain or model error leaves nothing on disk
         self.archive = Archive(out / "search")
         self.state = self._load_state() if resume else self._fresh_state(seed)
@@ -183,7 +174,7 @@ class Experiment:
                 shutil.rmtree(folder, ignore_errors=True)
         if state.checkpoint:
             self.trainer.load(self.out / "checkpoints" / state.checkpoint)
-        self.engine.weights_version = f"w{state.weight_steps}"
+        self.runner.sync_weights(f"w{state.weight_steps}", self.trainer)
         self.runner.engine_calls = state.engine_calls
         append_jsonl(self.out / "events.jsonl", [{"event": "resume", "unit": state.unit}])
         return state
@@ -286,6 +277,7 @@ class Experiment:
         if not st.finished:
             self._finish("budget spent")
         self.runner.close()
+        self.trainer.close()
         self.tracker.close()
         release(self.out)
         return self.summary()
@@ -334,7 +326,7 @@ class Experiment:
         with track(self.console, f"RFT step {step}: training", self.trainer.optimizer_steps_for(n)) as tick:
             result = train_on(self.trainer, rollouts, used, rft.reward_threshold, rft.max_kept_per_task, tick)
         st.weight_steps += 1
-        self.engine.weights_version = f"w{st.weight_steps}"
+        self.runner.sync_weights(f"w{st.weight_steps}", self.trainer)
         st.incumbent_eval = None
         append_jsonl(self.out / "rollouts" / "train.jsonl", [r.to_json() for r in result.rollouts])
         self._charge(result.rollouts, "train")
@@ -412,7 +404,7 @@ class Experiment:
     def _current_eval(self, candidate_id: str, known: dict[str, Any] | None) -> CandidateEval:
         """The candidate's search-split score under the current weights; re-scored (and charged) if stale."""
         ev = CandidateEval(**known) if known else None
-        if ev is not None and ev.weights_version == self.engine.weights_version:
+        if ev is not None and ev.weights_version == self.runner.weights_version:
             return ev
         tasks, n = self.splits["search"], self.cfg.search.rollouts_per_task
         with track(self.console, f"re-evaluating {candidate_id}", len(tasks) * n) as tick:
@@ -485,7 +477,7 @@ class Experiment:
         checkpoint = self._checkpoint_name() if weights_pending else st.checkpoint
         record: dict[str, Any] = {
             "point": st.eval_points, "label": label, "phase": ScheduleState(**st.schedule).kind,
-            "weights": self.engine.weights_version, "checkpoint": checkpoint, "harness": harness.id,
+            "weights": self.runner.weights_version, "checkpoint": checkpoint, "harness": harness.id,
         }  # fmt: skip
         for split in ("val", "test"):
             tasks = self.splits[split]
@@ -553,15 +545,6 @@ def check_proposer(cfg: Config) -> None:
         raise ConfigError(f"proposer: {exc}") from None
 
 
-def resolve_train_dtype(choice: str, model: Any) -> str:
-    """The trainer's compute dtype: "auto" is bfloat16 only where its matmuls measure clearly faster."""
-    if choice != "auto":
-        return choice
-    from whale.model.fast_engine import bf16_matmul_speedup
-
-    return "bfloat16" if bf16_matmul_speedup(model) >= 1.25 else "float32"
-
-
 def check_engine(cfg: Config) -> None:
     """An engine that cannot serve this run is a one-line start-up error, before any model is loaded:
     vLLM not installed; a remote server misconfigured, or asked to feed weight phases without ids."""
@@ -584,25 +567,6 @@ def check_engine(cfg: Config) -> None:
                 raise ValueError(problem)
     except (ImportError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
-
-
-def trainer_config(w: WeightsConfig, dtype: str = "float32") -> TrainerConfig:
-    """The trainer's settings from the config; `dtype` already resolved (see resolve_train_dtype)."""
-    return TrainerConfig(
-        lora=w.lora, lora_r=w.lora_r, lora_alpha=w.lora_alpha, lr=w.lr,
-        minibatch=w.minibatch, micro_batch=w.micro_batch, epochs=w.epochs, dtype=dtype,
-    )  # fmt: skip
-
-
-def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
-    s, r = cfg.sampling, cfg.runner
-    limits = RunnerLimits(
-        workers=r.workers, step_timeout_s=r.step_timeout_s, rollout_timeout_s=r.rollout_timeout_s,
-        memory_mb=r.memory_mb,
-    )  # fmt: skip
-    return RolloutRunner(
-        engine, domain, SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens), limits, cfg.seed
-    )
 
 
 def score_rollouts(rollouts: list[Rollout], tasks: list[Any]) -> SplitScore:

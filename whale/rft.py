@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from whale.domains.base import Task
+from whale.executor import Executor
 from whale.harness.records import HarnessCandidate, Rollout
-from whale.harness.runner import RolloutJob, RolloutRunner
+from whale.harness.runner import RolloutJob
 from whale.model.trainer import Trainer, TrainExample
 
 
@@ -54,7 +55,7 @@ def select_kept(rollouts: list[Rollout], threshold: float, max_per_task: int) ->
 
 
 def sample(
-    runner: RolloutRunner,
+    runner: Executor,
     harnesses: list[HarnessCandidate],
     train_tasks: list[Task],
     rng: random.Random,

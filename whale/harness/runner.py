@@ -137,6 +137,15 @@ class RolloutRunner:
         self.sandbox: dict[str, Any] | None = None  # the latest worker's sandbox status
         self.sandbox_problems: list[str] = []  # sandbox layers some worker could not apply
 
+    @property
+    def weights_version(self) -> str:
+        return self.engine.weights_version
+
+    def sync_weights(self, version: str, source: Any) -> None:
+        """The engine serves the trainer's model object in place, so a weight update needs only the new
+        label (the Executor seam; the Ray executor copies the weights to its actors here)."""
+        self.engine.weights_version = version
+
     def close(self) -> None:
         for w in self.idle:
             self._kill(w)

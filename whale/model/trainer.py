@@ -195,3 +195,6 @@ class Trainer:
         extra = torch.load(folder / "optimizer.pt", weights_only=True)
         self.optimizer.load_state_dict(extra["optimizer"])
         self.steps = int(extra["steps"])
+
+    def close(self) -> None:
+        """Nothing to release in one process (DistributedTrainer stops its rank processes here)."""

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from whale.domains.base import Task
+from whale.executor import Executor
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate, Rollout
-from whale.harness.runner import RolloutJob, RolloutRunner
+from whale.harness.runner import RolloutJob
 from whale.metrics import decide_acceptance
 from whale.search.archive import Archive, CandidateEval, code_fingerprint
 from whale.search.mutation import signature
@@ -52,7 +53,7 @@ def summarize(candidate_id: str, weights_version: str, rollouts: list[Rollout]) 
 
 
 def evaluate_candidate(
-    runner: RolloutRunner,
+    runner: Executor,
     archive: Archive,
     candidate: HarnessCandidate,
     tasks: list[Task],
@@ -61,7 +62,7 @@ def evaluate_candidate(
 ) -> tuple[CandidateEval, list[Rollout]]:
     jobs = [RolloutJob(t, candidate, s) for t in tasks for s in range(rollouts_per_task)]
     rollouts = runner.run(jobs, on_done)
-    ev = summarize(candidate.id, runner.engine.weights_version, rollouts)
+    ev = summarize(candidate.id, runner.weights_version, rollouts)
     archive.record_eval(ev, rollouts)
     return ev, rollouts
 
@@ -87,7 +88,7 @@ def propose_new(
 
 
 def try_candidates(
-    runner: RolloutRunner,
+    runner: Executor,
     archive: Archive,
     candidates: list[HarnessCandidate],
     tasks: list[Task],
@@ -128,7 +129,7 @@ def try_candidates(
 
 
 def search_iteration(
-    runner: RolloutRunner,
+    runner: Executor,
     archive: Archive,
     proposer: Proposer,
     incumbent: HarnessCandidate,
@@ -142,7 +143,7 @@ def search_iteration(
     on_done: Callable[[Rollout], None] | None = None,
     brief: str = "",
 ) -> IterationResult:
-    weights = runner.engine.weights_version
+    weights = runner.weights_version
     frontier = [archive.load(cid) for cid in archive.update_frontier(weights) if cid != incumbent.id]
     proposal = propose_new(archive, proposer, [incumbent, *frontier], n_candidates, weights, brief, seed)
     result = IterationResult(incumbent, incumbent_eval, False, "no valid challenger", proposal=proposal)
@@ -179,7 +180,7 @@ class PopulationResult:
 
 
 def population_iteration(
-    runner: RolloutRunner,
+    runner: Executor,
     archive: Archive,
     proposer: Proposer,
     population: list[CandidateEval],
@@ -198,19 +199,17 @@ def population_iteration(
     """
     members = sorted(population, key=lambda e: (-e.mean, e.tokens_per_rollout, e.candidate_id))
     parents = [archive.load(e.candidate_id) for e in members]
-    weights = runner.engine.weights_version
+    weights = runner.weights_version
     proposal = propose_new(archive, proposer, parents, n_candidates, weights, brief, iteration)
     step = IterationResult(parents[0], members[0], False, "", proposal=proposal)
-    try_candidates(
-        runner, archive, proposal.candidates, tasks, rollouts_per_task, smoke_tasks, step, on_done
-    )
+    try_candidates(runner, archive, proposal.candidates, tasks, rollouts_per_task, smoke_tasks, step, on_done)
     pool = sorted(members + step.evaluated, key=lambda e: (-e.mean, e.tokens_per_rollout, e.candidate_id))
     survivors = pool[: max(1, size)]
     for ev in pool:
         if archive.meta(ev.candidate_id)["status"] != "seed":
             status = "population" if ev in survivors else "dropped"
             archive.set_status(archive.load(ev.candidate_id), status, f"search score {ev.mean:.3f}")
-    archive.update_frontier(runner.engine.weights_version)
+    archive.update_frontier(runner.weights_version)
     return PopulationResult(survivors, step.rollouts, step.evaluated, step.failed, proposal)
 
 

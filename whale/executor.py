@@ -1,0 +1,70 @@
+"""The executor seam: who runs rollout jobs. `local` is the in-process RolloutRunner; `ray` spreads the
+jobs over Ray actors (whale/ray_executor.py). Experiments, harness search and `whale eval` see only this.
+
+Every model call is seeded from (run seed, task, sample, salt, call index), never from the batch it lands
+in, so which executor (or which actor) ran a job does not change its rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from whale.config import Config, ConfigError
+from whale.harness.records import Rollout
+from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.model.engine import Engine, SamplingParams
+
+
+class WeightSource(Protocol):
+    """What an executor copies weights from after a weight update (a Trainer)."""
+
+    def trainable_state(self) -> dict[str, Any]: ...
+
+
+class Executor(Protocol):
+    engine_calls: int  # generate() calls so far, kept in state.json across a resume
+    sandbox_problems: list[str]  # OS sandbox layers some worker could not apply
+
+    @property
+    def weights_version(self) -> str: ...
+
+    def run(self, jobs: list[RolloutJob], on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
+        """One Rollout per job, in job order; `on_done` sees each rollout once, as it is accepted."""
+        ...
+
+    def sync_weights(self, version: str, source: WeightSource) -> None:
+        """Serve `source`'s current weights, labelled `version`, from the next job on."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
+    """The in-process runner: sandbox workers of this process, model calls batched into `engine`."""
+    s, r = cfg.sampling, cfg.runner
+    limits = RunnerLimits(
+        workers=r.workers, step_timeout_s=r.step_timeout_s, rollout_timeout_s=r.rollout_timeout_s,
+        memory_mb=r.memory_mb,
+    )  # fmt: skip
+    return RolloutRunner(
+        engine, domain, SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens), limits, cfg.seed
+    )
+
+
+def build_executor(
+    cfg: Config, model: Any, tokenizer: Any, domain: Any, weights: WeightSource | None
+) -> Executor:
+    """The configured executor serving `model` as version w0. `weights` is the trainer whose updates it
+    will serve (None: the model as loaded by name, never updated, e.g. `whale eval`)."""
+    if cfg.executor.kind == "local":
+        from whale.model.backends import build_engine
+
+        return build_runner(cfg, build_engine(cfg.engine, model, tokenizer, cfg.model.max_batch), domain)
+    try:
+        from whale.ray_executor import RayExecutor
+    except ImportError as exc:
+        if exc.name != "ray":
+            raise
+        raise ConfigError("executor.kind=ray needs Ray: pip install 'whale[ray]'") from None
+    return RayExecutor(cfg, weights)
