@@ -52,9 +52,9 @@ def target_logprobs(
     """Per example, log p(token) of each masked target token, in order (1-D, differentiable).
 
     Computed as log_softmax(logits / temperature), the same quantity the engine records in
-    `Generation.logprobs`; every loss (SFT, DPO, GRPO) is built on this one function. The LM head runs on
-    target positions only: prompt positions need no vocabulary-wide logits, and for a 135M model the head
-    is a fifth of the FLOPs and most of the activation memory.
+    `Generation.logprobs`; every loss (SFT, DPO, GRPO) is built on this one function. The LM head runs
+    only at positions where some row has a target: prompt positions need no vocabulary-wide logits, and
+    for a 135M model the head is a fifth of the FLOPs and most of the activation memory.
     """
     width = max(len(e.ids) for e in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
@@ -65,12 +65,16 @@ def target_logprobs(
         attn[row, : len(e.ids)] = 1
         target_mask[row, : len(e.mask)] = torch.tensor(e.mask, dtype=torch.bool)
     keep = target_mask[:, 1:]  # position t predicts token t + 1
-    core = model.get_base_model() if hasattr(model, "get_base_model") else model
-    hidden = core.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state
-    logits = core.get_output_embeddings()(hidden[:, :-1][keep]).float()
+    # Through the model's own forward (FSDP's hooks live there), asking for logits only at positions where
+    # some row has a target: HF causal LMs take a tensor of positions as `logits_to_keep`.
+    positions = keep.any(0).nonzero().squeeze(-1)
+    logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=positions).logits
+    chosen = keep[:, positions]
+    logits = logits[chosen].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:][keep][:, None]).squeeze(-1)
+    targets = ids[:, 1:][:, positions][chosen]
+    logp = torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)
     return list(torch.split(logp, keep.sum(1).tolist()))
 
 
