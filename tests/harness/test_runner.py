@@ -11,6 +11,7 @@ from tests.processes import group_alive
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
 from whale.model.engine import SamplingParams
+from whale.model.fast_engine import FastEngine
 from whale.model.hf_engine import HFEngine
 
 SAMPLING = SamplingParams(temperature=0.7, max_tokens=4)
@@ -217,14 +218,15 @@ def test_samples_depend_on_task_sample_salt_and_call_not_on_batching_or_harness_
     )
     a, b = harness(source, "a"), harness("# another candidate\n" + source, "b")
 
-    def sampled(jobs: list[RolloutJob], workers: int) -> dict[tuple[str, int], list[list[int]]]:
-        runner = RolloutRunner(HFEngine(*tiny), add_domain, SAMPLING, RunnerLimits(workers=workers), seed=3)
+    def sampled(jobs: list[RolloutJob], workers: int, engine: type = HFEngine) -> dict:
+        runner = RolloutRunner(engine(*tiny), add_domain, SAMPLING, RunnerLimits(workers=workers), seed=3)
         try:
             rollouts = runner.run(jobs)
         finally:
             runner.close()
         assert all(r.error is None and len(r.calls) == 3 for r in rollouts)
-        assert workers == 1 or runner.engine_calls < 2 * len(jobs)  # requests were batched
+        assert runner.continuous == (engine is FastEngine)
+        assert workers == 1 or runner.continuous or runner.engine_calls < 2 * len(jobs)  # batched
         return {(r.task_id, r.sample): [c.completion_ids for c in r.calls] for r in rollouts}
 
     keys = [(t, s) for t in add_domain.tasks for s in range(2)]
@@ -232,7 +234,8 @@ def test_samples_depend_on_task_sample_salt_and_call_not_on_batching_or_harness_
     batched = sampled([RolloutJob(t, a, s) for t, s in keys[::-1]], workers=8)
     other_harness = sampled([RolloutJob(t, b, s) for t, s in keys], workers=8)
     salted = sampled([RolloutJob(t, a, s, salt="step-1") for t, s in keys], workers=8)
-    assert batched == one_by_one
+    continuous = sampled([RolloutJob(t, a, s) for t, s in keys[::-1]], workers=8, engine=FastEngine)
+    assert batched == one_by_one == continuous
     assert other_harness == one_by_one
     for key, calls in one_by_one.items():
         assert calls[1] != calls[2]  # the n=2 samples of one call differ
@@ -295,3 +298,33 @@ def test_generator_frame_walk_cannot_reach_the_worker_os_module(make_runner, add
     (r,) = runner.run([RolloutJob(add_domain.tasks[0], harness(source), 0)])
     assert not target.exists(), "harness code created a file through the worker's os module"
     assert r.error and r.answer != "escaped" and r.reward == 0.0
+
+
+def test_continuous_batching_answers_calls_as_they_finish_and_cancels_a_dead_rollouts_call(tiny, add_domain):
+    """With FastEngine the runner submits each call as it comes; short calls are answered while a long
+    one still decodes, and a rollout that times out while its call is queued has that call cancelled."""
+
+    class PacedEngine(FastEngine):
+        def step(self) -> list:
+            time.sleep(0.015)  # 400 steps for the long call: far past its rollout's 3 s limit
+            return super().step()
+
+    quick = body(
+        "llm.chat([{'role': 'user', 'content': 'hi'}], max_tokens=4)",
+        "return str(tools.add(task['a'], task['b']))",
+    )
+    long = body("llm.chat([{'role': 'user', 'content': 'late'}], max_tokens=400)", "return '0'")
+    engine = PacedEngine(*tiny, max_batch=8)
+    limits = RunnerLimits(workers=4, rollout_timeout_s=3.0)
+    runner = RolloutRunner(engine, add_domain, SAMPLING, limits, seed=1)
+    try:
+        jobs = [RolloutJob(add_domain.tasks[3], harness(long, "s"), 0)]
+        jobs += [RolloutJob(t, harness(quick, "q"), 0) for t in add_domain.tasks[:3]]
+        rollouts = runner.run(jobs)
+    finally:
+        runner.close()
+    assert rollouts[0].error.startswith("timeout: rollout ran over") and not rollouts[0].calls
+    assert all(r.error is None and r.reward == 1.0 for r in rollouts[1:])
+    # answered as their rows finished, while the long call was still decoding
+    assert max(r.timings["wall_s"] for r in rollouts[1:]) < rollouts[0].timings["wall_s"]
+    assert not engine.busy and not runner._owners  # the long call was cancelled, nothing left queued
