@@ -39,7 +39,19 @@ class SamplingConfig(Section):
     max_tokens: int = Field(48, ge=1)
 
 
+ALGORITHMS = ("rft", "dpo", "grpo")
+
+
 class WeightsConfig(Section):
+    """How a weight step learns from its rollouts (docs/weights.md): rejection sampling (SFT on the kept
+    rollouts), DPO on kept-vs-rejected pairs, or GRPO on group-relative advantages."""
+
+    algorithm: Literal[ALGORITHMS] = "rft"
+    dpo_beta: float = Field(0.1, gt=0.0)
+    grpo_clip: float = Field(0.2, gt=0.0, lt=1.0)  # epsilon of the clipped importance ratio
+    grpo_std_normalize: bool = True  # divide a task's advantages by its rewards' standard deviation
+    kl_coef: float = Field(0.0, ge=0.0)  # grpo: per-token KL penalty to the phase-start weights
+    drop_uniform_groups: bool = False  # skip tasks whose k rollouts all pass or all fail
     lora: bool = True
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)

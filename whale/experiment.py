@@ -39,9 +39,10 @@ from whale.metrics import SplitScore, score_split
 from whale.model.backends import build_engine
 from whale.model.engine import Engine, SamplingParams
 from whale.model.loading import load_model
-from whale.model.trainer import Trainer, TrainerConfig
+from whale.model.losses import Objective
+from whale.model.trainer import Trainer, TrainerConfig, training_units
 from whale.progress import track
-from whale.rft import examples_from, sample, select_kept, train_on
+from whale.rft import LOSS_OF, build_batch, sample, train_on
 from whale.schedule import HARNESS, WEIGHTS, ScheduleState, SinglePhase, UnitReport, build_schedule
 from whale.search.archive import Archive, CandidateEval
 from whale.search.mutation import MutationProposer
@@ -85,6 +86,7 @@ class RunState:
     next_eval_at: int = 0  # budget rollouts at which the next evaluation is due
     checkpoint: str | None = None
     kept_checkpoints: list[str] | None = None
+    reference_checkpoint: str | None = None  # the weights at the current weight phase's start (None: initial)
     engine_calls: int = 0
     log_lines: dict[str, int] | None = None
     candidates: list[str] | None = None
@@ -174,6 +176,10 @@ class Experiment:
         for folder in (self.out / "checkpoints").glob("*"):
             if folder.name not in keep:
                 shutil.rmtree(folder, ignore_errors=True)
+        if state.reference_checkpoint:
+            self.trainer.load_reference(self.out / "checkpoints" / state.reference_checkpoint)
+        else:
+            self.trainer.freeze_reference()  # the initial weights, before a checkpoint replaces them
         if state.checkpoint:
             self.trainer.load(self.out / "checkpoints" / state.checkpoint)
         self.engine.weights_version = f"w{state.weight_steps}"
@@ -299,20 +305,32 @@ class Experiment:
         return True
 
     def _weight_step(self) -> float:
-        """One RFT step under the incumbent (fast-slow: a population member drawn per task)."""
-        st, rft = self.state, self.cfg.rft
+        """One weight step under the incumbent (fast-slow: a population member drawn per task)."""
+        st, rft, w = self.state, self.cfg.rft, self.cfg.weights
+        sched = ScheduleState(**st.schedule)
+        if sched.done_in_phase == 0:  # a weight phase starts: its weights are the reference (DPO, KL)
+            self.trainer.freeze_reference()
+            st.reference_checkpoint = st.checkpoint
+            if st.checkpoint:
+                st.kept_checkpoints = sorted(set(st.kept_checkpoints or []) | {st.checkpoint})
         members = [e["candidate_id"] for e in st.population or []] or [st.incumbent]
         harnesses = [self.archive.load(cid) for cid in members]
         rng = random.Random(self.cfg.seed * 1_000_003 + st.weight_steps)
         step = st.weight_steps + 1
-        with track(self.console, f"RFT step {step}: sampling", rft.tasks_per_step * rft.k) as tick:
+        label = f"{w.algorithm.upper()} step {step}"
+        with track(self.console, f"{label}: sampling", rft.tasks_per_step * rft.k) as tick:
             rollouts, used = sample(
                 self.runner, harnesses, self.splits["train"], rng, rft.tasks_per_step, rft.k,
-                f"rft{st.weight_steps}", tick,
+                f"rft{st.weight_steps}", tick, logprobs=w.algorithm == "grpo",
             )  # fmt: skip
-        n = len(examples_from(select_kept(rollouts, rft.reward_threshold, rft.max_kept_per_task)))
-        with track(self.console, f"RFT step {step}: training", self.trainer.optimizer_steps_for(n)) as tick:
-            result = train_on(self.trainer, rollouts, used, rft.reward_threshold, rft.max_kept_per_task, tick)
+        batch = build_batch(
+            rollouts, w.algorithm, rft.reward_threshold, rft.max_kept_per_task, w.drop_uniform_groups,
+            w.grpo_std_normalize,
+        )  # fmt: skip
+        objective = Objective(LOSS_OF[w.algorithm], w.dpo_beta, w.grpo_clip, w.kl_coef)
+        n = self.trainer.optimizer_steps_for(len(training_units(batch.examples)))
+        with track(self.console, f"{label}: training", n) as tick:
+            result = train_on(self.trainer, rollouts, used, batch, objective, tick)
         st.weight_steps += 1
         self.engine.weights_version = f"w{st.weight_steps}"
         st.incumbent_eval = None
@@ -322,18 +340,35 @@ class Experiment:
             {
                 "event": "weight_step",
                 "step": st.weight_steps,
+                "phase": sched.phase,
+                "algorithm": w.algorithm,
                 "harnesses": result.harnesses,
                 "train_reward": result.train_reward,
                 "kept": result.kept,
                 "total": len(result.rollouts),
+                "kept_fraction": result.kept / max(len(result.rollouts), 1),
                 "examples": result.examples,
+                "examples_by_harness": result.by_harness,
+                "dropped_tasks": result.dropped_tasks,
                 "loss": result.loss,
+                "kl": result.kl,
+                "margin": result.margin,
+                "mean_abs_advantage": result.mean_abs_advantage,
                 "optimizer_steps": result.optimizer_steps,
             }  # fmt: skip
         )
+        extra = "".join(
+            f", {name} {value:.4f}"
+            for name, value in (
+                ("KL", result.kl),
+                ("margin", result.margin),
+                ("|A|", result.mean_abs_advantage),
+            )
+            if value is not None
+        )
         self.console.print(
-            f"  weight step {st.weight_steps}: train reward {result.train_reward:.3f}, "
-            f"kept {result.kept}/{len(result.rollouts)}, loss {result.loss:.3f}"
+            f"  weight step {st.weight_steps} ({w.algorithm}): train reward {result.train_reward:.3f}, "
+            f"kept {result.kept}/{len(result.rollouts)}, loss {result.loss:.3f}{extra}"
         )
         return result.train_reward
 

@@ -86,6 +86,8 @@ class RolloutJob:
     # Distinguishes otherwise identical jobs (e.g. the RFT step number), so that a task drawn again in a
     # later step gets fresh samples rather than the ones it got before.
     salt: str = ""
+    # Record every model call's per-token sampling log-probabilities (ModelCall.logprobs), for GRPO.
+    logprobs: bool = False
 
 
 @dataclass
@@ -375,7 +377,7 @@ class RolloutRunner:
             params = self._params(w.request)
             for k in range(w.request.get("n", 1)):
                 seed = self._request_seed(w.job, len(w.rollout.calls) + k)
-                requests.append(GenerationRequest(w.request["messages"], params, seed))
+                requests.append(GenerationRequest(w.request["messages"], params, seed, w.job.logprobs))
                 owners.append(w)
         self.engine_calls += 1
         generations = self.engine.generate(requests, seed=self.seed * 1_000_003 + self.engine_calls)
@@ -386,8 +388,9 @@ class RolloutRunner:
                         "max_tokens": p.max_tokens, "stop": list(p.stop), "seed": req.seed}  # fmt: skip
             train = bool(w.request.get("train", True))
             call = ModelCall(
-                req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason, train, recorded
-            )
+                req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason, train, recorded,
+                g.logprobs if req.logprobs else None,
+            )  # fmt: skip
             w.rollout.calls.append(call)
             texts.setdefault(id(w), []).append(g.text)
         now = time.monotonic()
