@@ -78,6 +78,8 @@ def test_every_algorithm_completes_a_tiny_whale_run_and_logs_its_metrics(compare
         assert (folder / "checkpoints" / state["reference_checkpoint"] / "weights.safetensors").is_file()
         report = (folder / "report.html").read_text()
         assert f"{algorithm.upper()} weight steps" in report and "KL to phase start" in report
+    status = whale("status", str(compared)).stdout
+    assert "whale+dpo on parity_domain" in status and "whale+grpo on parity_domain" in status
 
 
 @pytest.mark.slow

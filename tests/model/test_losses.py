@@ -195,8 +195,9 @@ def test_reference_is_the_frozen_weights_and_swapping_it_in_changes_nothing(
     with torch.no_grad():
         at_start = target_logprobs(trainer.model.eval(), batch, pad)
     trainer.save(tmp_path / "start")
-    stats = trainer.train(batch)
-    assert stats["kl"] is not None and stats["kl"] > 0.0  # the step moved away from the reference
+    first, second = trainer.train(batch), trainer.train(batch)
+    assert first["kl"] == pytest.approx(0.0, abs=1e-6)  # measured before the update: still the reference
+    assert second["kl"] > 1e-6  # the first step moved away from it
     after = trainer.trainable_state()
     refs = trainer.reference_logprobs(batch)
     assert all(torch.equal(after[k], v) for k, v in trainer.trainable_state().items())  # swapped back exactly
@@ -272,4 +273,4 @@ def test_grpo_steps_raise_the_probability_of_above_average_completions(make_tiny
     assert sum(up) / len(up) > 0.05 and sum(down) / len(down) < -0.05, (up, down)
     assert stats[0]["optimizer_steps"] == 2 and stats[0]["margin"] is None
     assert stats[0]["tokens"] == sum(len(g.completion_ids) for g in gens)
-    assert stats[0]["kl"] > 0.0  # the KL penalty froze a reference: the weights at the first call
+    assert stats[1]["kl"] > 0.0  # the KL penalty froze a reference: the weights at the first call

@@ -125,9 +125,12 @@ def loss_count(objective: Objective, units: list[list[TrainExample]]) -> int:
 def micro_batch_loss(
     objective: Objective, batch: list[TrainExample], logps: list[torch.Tensor]
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The summed loss of one micro-batch, and summed statistics (target tokens, DPO margins)."""
+    """The summed loss of one micro-batch, and summed statistics (target tokens, KL to the reference when
+    the examples carry reference log-probs, DPO margins)."""
     stats: dict[str, float] = {"tokens": float(sum(len(lp) for lp in logps))}
     refs = [e.ref_logprobs for e in batch]
+    if all(r is not None for r in refs):
+        stats["kl"] = float(sum(kl_estimate(lp.detach(), r).sum() for lp, r in zip(logps, refs, strict=True)))
     if objective.kind == "sft":
         return sft_loss(logps), stats
     if objective.kind == "grpo":
@@ -205,29 +208,18 @@ class Trainer:
                     params[name].copy_(tensor)
 
     @torch.no_grad()
-    def _frozen_logprobs(self, examples: list[TrainExample]) -> list[torch.Tensor]:
-        """Each example's target log-probs under the current weights, without a graph."""
+    def reference_logprobs(self, examples: list[TrainExample]) -> list[torch.Tensor]:
+        """Each example's target log-probs under the reference weights (at the example's temperature)."""
         was_training = self.model.training
         self.model.eval()
         out: list[torch.Tensor] = []
-        for start in range(0, len(examples), self.config.micro_batch):
-            out += example_logprobs(
-                self.model, examples[start : start + self.config.micro_batch], self.pad_id
-            )
+        with self._reference_weights():
+            for start in range(0, len(examples), self.config.micro_batch):
+                out += example_logprobs(
+                    self.model, examples[start : start + self.config.micro_batch], self.pad_id
+                )
         self.model.train(was_training)
         return out
-
-    def reference_logprobs(self, examples: list[TrainExample]) -> list[torch.Tensor]:
-        """Each example's target log-probs under the reference weights (at the example's temperature)."""
-        with self._reference_weights():
-            return self._frozen_logprobs(examples)
-
-    def kl_to_reference(self, examples: list[TrainExample]) -> float:
-        """Mean per-token KL estimate of the current weights to the reference, on `examples` (which
-        carry their reference log-probs)."""
-        logps = self._frozen_logprobs(examples)
-        total = sum(kl_estimate(lp, e.ref_logprobs).sum() for lp, e in zip(logps, examples, strict=True))
-        return float(total) / max(sum(len(lp) for lp in logps), 1)
 
     def train(
         self,
@@ -238,8 +230,9 @@ class Trainer:
         """One pass (config.epochs) over `examples`, one optimizer step per minibatch of the loss's mean.
 
         Returns the mean loss (per token; DPO: per pair), the tokens trained on, the optimizer steps, the
-        mean per-token KL to the reference after the step, on these examples (None without a reference),
-        and the mean DPO margin as each minibatch saw it (None for other losses).
+        mean per-token KL to the reference and the mean DPO margin. Both are measured on the weights each
+        minibatch saw, before its update (no extra forward pass), so the first minibatch after
+        `freeze_reference` reads KL 0; KL is None without a reference, margin None for other losses.
         """
         if not examples:
             return {"loss": float("nan"), "tokens": 0, "optimizer_steps": 0, "kl": None, "margin": None}
@@ -287,7 +280,7 @@ class Trainer:
             "loss": total_loss / max(total_count, 1),
             "tokens": tokens,
             "optimizer_steps": opt_steps,
-            "kl": self.kl_to_reference(examples) if self.reference is not None else None,
+            "kl": sums["kl"] / max(tokens, 1) if self.reference is not None else None,
             "margin": sums["margin"] / max(total_count, 1) if loss.kind == "dpo" else None,
         }
 
