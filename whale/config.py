@@ -64,8 +64,8 @@ class WeightsConfig(Section):
 class RFTConfig(Section):
     tasks_per_step: int = Field(16, ge=1)
     k: int = Field(8, ge=1)
-    reward_threshold: float = 1.0
-    max_kept_per_task: int = Field(8, ge=1)
+    reward_threshold: float = 1.0  # a rollout passes (is kept; is a DPO "chosen") at or above it
+    max_kept_per_task: int = Field(8, ge=1)  # rft: kept rollouts per task; dpo: pairs per task
 
 
 class SearchConfig(Section):
