@@ -57,6 +57,9 @@ def test_unknown_key_in_a_file_names_the_file_and_the_key(tmp_path):
         ("schedule.start=middle", "schedule.start"),
         ("runner.memory_mb=8", "runner.memory_mb"),
         ("model=3", "model"),
+        ("weights.algorithm=ppo", "weights.algorithm"),
+        ("weights.grpo_clip=1.5", "weights.grpo_clip"),
+        ("weights.dpo_beta=0", "weights.dpo_beta"),
     ],
 )
 def test_bad_value_names_the_key_and_the_value(override, key):

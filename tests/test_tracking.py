@@ -26,6 +26,12 @@ def test_metrics_from_events_and_eval_points():
         "train/loss": 1.5,
         "train/kept_fraction": 0.25,
     }
+    grpo = {**step, "kl": 0.01, "margin": None, "mean_abs_advantage": 0.7}
+    assert tracking.metrics_from(grpo) == {
+        **tracking.metrics_from(step),
+        "train/kl": 0.01,
+        "train/mean_abs_advantage": 0.7,
+    }
     search = {"event": "search_iteration", "incumbent_score": 0.5, "accepted": True}
     assert tracking.metrics_from(search) == {"search/incumbent_score": 0.5, "search/accepted": 1.0}
     point = {"point": 1, "val": {"mean": 0.1}, "test": {"mean": 0.2, "pass_at_k": 0.3}}

@@ -6,6 +6,9 @@
     <out>/compare.md          the table as Markdown
     <out>/compare.png         test mean@k against budget rollouts spent, one line per method
 
+A method is a schedule (`whale`, `weight-only`, ...) optionally followed by `+<algorithm>` to set
+`weights.algorithm` (`whale+dpo`, `weight-only+grpo`); without it the base config's algorithm is used.
+
 Scores are pooled over seeds per task (tasks are the resampling unit of every interval), so a method's
 row and its paired difference against the reference method (the first one listed) use the same tasks.
 """
@@ -21,7 +24,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from whale.config import Config, ConfigError, config_from_dict
+from whale.config import ALGORITHMS, Config, ConfigError, config_from_dict
 from whale.metrics import PairedDifference, bootstrap_ci, paired_difference
 from whale.schedule import METHODS
 from whale.store import atomic_write_json, atomic_write_text, read_json, read_jsonl
@@ -50,12 +53,25 @@ class MethodRow:
     wall_s: float
 
 
+def split_method(method: str) -> tuple[str, str | None]:
+    """'whale+dpo' -> ('whale', 'dpo'); 'whale' -> ('whale', None)."""
+    schedule, _, algorithm = method.partition("+")
+    return schedule, algorithm or None
+
+
+def known_method(method: str) -> bool:
+    schedule, algorithm = split_method(method)
+    return schedule in METHODS and (algorithm is None or algorithm in ALGORITHMS) and not method.endswith("+")
+
+
 def parse_methods(text: str) -> list[str]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if not known_method(m)]
     if unknown or not methods:
-        raise ConfigError(f"--methods: unknown method {unknown[0] if unknown else '(none)'!r}; "
-                          f"known: {', '.join(METHODS)}")  # fmt: skip
+        raise ConfigError(
+            f"--methods: unknown method {unknown[0] if unknown else '(none)'!r}; "
+            f"known: {', '.join(METHODS)}, each optionally +{'|'.join(ALGORITHMS)}"
+        )
     if len(set(methods)) != len(methods):
         raise ConfigError("--methods: a method is listed twice")
     return methods
@@ -63,7 +79,10 @@ def parse_methods(text: str) -> list[str]:
 
 def method_config(base: Config, method: str, seed_offset: int) -> Config:
     data = base.model_dump()
-    data["schedule"]["method"] = method
+    schedule, algorithm = split_method(method)
+    data["schedule"]["method"] = schedule
+    if algorithm:
+        data["weights"]["algorithm"] = algorithm
     data["seed"] = base.seed + seed_offset
     return config_from_dict(data, f"{method} seed {data['seed']}")
 
@@ -82,13 +101,13 @@ def ensure_run(cfg: Config, folder: Path, console: Console) -> None:
             raise ConfigError(f"{folder} holds a run with a different config; use another --out")
         if read_json(folder / "state.json")["finished"]:
             console.print(
-                f"[bold]{cfg.schedule.method}[/bold] seed {cfg.seed}: finished run reused ({folder})"
+                f"[bold]{folder.parent.name}[/bold] seed {cfg.seed}: finished run reused ({folder})"
             )
             return
-        console.print(f"[bold]{cfg.schedule.method}[/bold] seed {cfg.seed}: resuming {folder}")
+        console.print(f"[bold]{folder.parent.name}[/bold] seed {cfg.seed}: resuming {folder}")
         Experiment(cfg, folder, console, resume=True).run()
         return
-    console.print(f"[bold]{cfg.schedule.method}[/bold] seed {cfg.seed}: running into {folder}")
+    console.print(f"[bold]{folder.parent.name}[/bold] seed {cfg.seed}: running into {folder}")
     Experiment(cfg, folder, console).run()
 
 

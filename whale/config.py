@@ -73,7 +73,22 @@ class SamplingConfig(Section):
     max_tokens: int = Field(48, ge=1)
 
 
+ALGORITHMS = ("rft", "dpo", "grpo")
+
+
 class WeightsConfig(Section):
+    """How a weight step learns from its rollouts (docs/weights.md): rejection sampling (SFT on the kept
+    rollouts), DPO on kept-vs-rejected pairs, or GRPO on group-relative advantages."""
+
+    algorithm: Literal[ALGORITHMS] = "rft"
+    dpo_beta: float = Field(0.1, gt=0.0)
+    grpo_clip: float = Field(0.2, gt=0.0, lt=1.0)  # epsilon of the clipped importance ratio
+    grpo_std_normalize: bool = True  # divide a task's advantages by its rewards' standard deviation
+    kl_coef: float = Field(0.0, ge=0.0)  # grpo: per-token KL penalty to the phase-start weights
+    drop_uniform_groups: bool = False  # skip tasks whose k rollouts all pass or all fail
+    # log the KL to the phase-start weights even where the loss does not need them (RFT; GRPO without a
+    # penalty): one extra no-grad pass over each step's examples
+    log_kl: bool = False
     lora: bool = True
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
@@ -90,11 +105,17 @@ class WeightsConfig(Section):
     backend: Literal["auto", "nccl", "gloo"] = "auto"  # fsdp: auto = nccl with enough GPUs, else gloo
 
 
+    @model_validator(mode="after")
+    def _fsdp_trains_rft(self) -> WeightsConfig:
+        if self.parallel == "fsdp" and (self.algorithm != "rft" or self.log_kl or self.kl_coef > 0):
+            raise ValueError("parallel=fsdp trains algorithm=rft without a reference (no log_kl, kl_coef 0)")
+        return self
+
 class RFTConfig(Section):
     tasks_per_step: int = Field(16, ge=1)
     k: int = Field(8, ge=1)
-    reward_threshold: float = 1.0
-    max_kept_per_task: int = Field(8, ge=1)
+    reward_threshold: float = 1.0  # a rollout passes (is kept; is a DPO "chosen") at or above it
+    max_kept_per_task: int = Field(8, ge=1)  # rft: kept rollouts per task; dpo: pairs per task
 
 
 class SearchConfig(Section):

@@ -41,8 +41,10 @@ from whale.harness.runner import RolloutJob
 from whale.metrics import SplitScore, score_split
 from whale.model.distributed import build_trainer
 from whale.model.loading import check_model_name
+from whale.model.losses import Objective
+from whale.model.trainer import training_units
 from whale.progress import track
-from whale.rft import examples_from, sample, select_kept, train_on
+from whale.rft import LOSS_OF, build_batch, sample, train_on
 from whale.schedule import HARNESS, WEIGHTS, ScheduleState, SinglePhase, UnitReport, build_schedule
 from whale.search.archive import Archive, CandidateEval
 from whale.search.mutation import MutationProposer
@@ -89,6 +91,7 @@ class RunState:
     checkpoint: str | None = None
     kept_checkpoints: list[str] | None = None
     checkpoint_bytes: int = 0  # weights checkpoints written over the run's life (retention deletes some)
+    reference_checkpoint: str | None = None  # the weights at the current weight phase's start (None: initial)
     engine_calls: int = 0
     log_lines: dict[str, int] | None = None
     candidates: list[str] | None = None
@@ -172,6 +175,10 @@ class Experiment:
         for folder in (self.out / "checkpoints").glob("*"):
             if folder.name not in keep:
                 shutil.rmtree(folder, ignore_errors=True)
+        if self._needs_reference() and state.reference_checkpoint:
+            self.trainer.load_reference(self.out / "checkpoints" / state.reference_checkpoint)
+        elif self._needs_reference():
+            self.trainer.freeze_reference()  # the initial weights, before a checkpoint replaces them
         if state.checkpoint:
             self.trainer.load(self.out / "checkpoints" / state.checkpoint)
         self.runner.sync_weights(f"w{state.weight_steps}", self.trainer)
@@ -206,7 +213,7 @@ class Experiment:
         st.log_lines = {name: jsonl_line_count(self.out / name) for name in LOGS}
         st.candidates = self.archive.ids()
         atomic_write_json(self.out / "state.json", asdict(st))
-        keep_names = set(st.kept_checkpoints or []) | {st.checkpoint}
+        keep_names = set(st.kept_checkpoints or []) | {st.checkpoint, st.reference_checkpoint}
         for folder in (self.out / "checkpoints").glob("u*"):
             if folder.name not in keep_names:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -310,21 +317,39 @@ class Experiment:
         self._commit(weights_changed=False, boundary=True)
         return True
 
+    def _needs_reference(self) -> bool:
+        """DPO's loss and GRPO's KL penalty need the phase-start weights; otherwise the KL to them is only
+        logged on request (`weights.log_kl`), since it costs a no-grad pass over every step's examples."""
+        w = self.cfg.weights
+        return w.algorithm == "dpo" or w.kl_coef > 0 or w.log_kl
+
     def _weight_step(self) -> float:
-        """One RFT step under the incumbent (fast-slow: a population member drawn per task)."""
-        st, rft = self.state, self.cfg.rft
+        """One weight step under the incumbent (fast-slow: a population member drawn per task)."""
+        st, rft, w = self.state, self.cfg.rft, self.cfg.weights
+        sched = ScheduleState(**st.schedule)
+        if sched.done_in_phase == 0 and self._needs_reference():  # phase start: the reference (DPO, KL)
+            self.trainer.freeze_reference()
+            st.reference_checkpoint = st.checkpoint
+            if st.checkpoint:
+                st.kept_checkpoints = sorted(set(st.kept_checkpoints or []) | {st.checkpoint})
         members = [e["candidate_id"] for e in st.population or []] or [st.incumbent]
         harnesses = [self.archive.load(cid) for cid in members]
         rng = random.Random(self.cfg.seed * 1_000_003 + st.weight_steps)
         step = st.weight_steps + 1
-        with track(self.console, f"RFT step {step}: sampling", rft.tasks_per_step * rft.k) as tick:
+        label = f"{w.algorithm.upper()} step {step}"
+        with track(self.console, f"{label}: sampling", rft.tasks_per_step * rft.k) as tick:
             rollouts, used = sample(
                 self.runner, harnesses, self.splits["train"], rng, rft.tasks_per_step, rft.k,
-                f"rft{st.weight_steps}", tick,
+                f"rft{st.weight_steps}", tick, logprobs=w.algorithm == "grpo",
             )  # fmt: skip
-        n = len(examples_from(select_kept(rollouts, rft.reward_threshold, rft.max_kept_per_task)))
-        with track(self.console, f"RFT step {step}: training", self.trainer.optimizer_steps_for(n)) as tick:
-            result = train_on(self.trainer, rollouts, used, rft.reward_threshold, rft.max_kept_per_task, tick)
+        batch = build_batch(
+            rollouts, w.algorithm, rft.reward_threshold, rft.max_kept_per_task, w.drop_uniform_groups,
+            w.grpo_std_normalize,
+        )  # fmt: skip
+        objective = Objective(LOSS_OF[w.algorithm], w.dpo_beta, w.grpo_clip, w.kl_coef)
+        n = self.trainer.optimizer_steps_for(len(training_units(batch.examples)))
+        with track(self.console, f"{label}: training", n) as tick:
+            result = train_on(self.trainer, rollouts, used, batch, objective, tick)
         st.weight_steps += 1
         self.runner.sync_weights(f"w{st.weight_steps}", self.trainer)
         st.incumbent_eval = None
@@ -334,18 +359,35 @@ class Experiment:
             {
                 "event": "weight_step",
                 "step": st.weight_steps,
+                "phase": sched.phase,
+                "algorithm": w.algorithm,
                 "harnesses": result.harnesses,
                 "train_reward": result.train_reward,
                 "kept": result.kept,
                 "total": len(result.rollouts),
+                "kept_fraction": result.kept / max(len(result.rollouts), 1),
                 "examples": result.examples,
+                "examples_by_harness": result.by_harness,
+                "dropped_tasks": result.dropped_tasks,
                 "loss": result.loss,
+                "kl": result.kl,
+                "margin": result.margin,
+                "mean_abs_advantage": result.mean_abs_advantage,
                 "optimizer_steps": result.optimizer_steps,
             }  # fmt: skip
         )
+        extra = "".join(
+            f", {name} {value:.4f}"
+            for name, value in (
+                ("KL", result.kl),
+                ("margin", result.margin),
+                ("|A|", result.mean_abs_advantage),
+            )
+            if value is not None
+        )
         self.console.print(
-            f"  weight step {st.weight_steps}: train reward {result.train_reward:.3f}, "
-            f"kept {result.kept}/{len(result.rollouts)}, loss {result.loss:.3f}"
+            f"  weight step {st.weight_steps} ({w.algorithm}): train reward {result.train_reward:.3f}, "
+            f"kept {result.kept}/{len(result.rollouts)}, loss {result.loss:.3f}{extra}"
         )
         return result.train_reward
 

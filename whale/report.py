@@ -300,7 +300,7 @@ def plot_rft(steps: list[dict[str, Any]]) -> str:
         marker="s",
         label="kept fraction (kept / sampled)",
     )
-    ax.set_xlabel("RFT step")
+    ax.set_xlabel("weight step")
     integer_x(ax, xs)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -511,23 +511,49 @@ def section_curves(run: RunFiles) -> str:
     return _section("curves", "Validation and test curves", body)
 
 
+def _number(value: Any, digits: int = 4) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
+
+
+def examples_per_phase(steps: list[dict[str, Any]]) -> list[list[str]]:
+    """Rows (weight phase, harness, training examples, steps): which harness version the weights learned
+    under in each phase (runs before the per-harness count was logged have none)."""
+    counts: dict[tuple[int, str], list[int]] = {}
+    for e in steps:
+        for harness, n in (e.get("examples_by_harness") or {}).items():
+            entry = counts.setdefault((e.get("phase", 0), harness), [0, 0])
+            entry[0] += n
+            entry[1] += 1
+    return [[str(phase), harness, str(n), str(k)] for (phase, harness), (n, k) in sorted(counts.items())]
+
+
 def section_rft(run: RunFiles) -> str:
     steps = [e for e in run.events if e.get("event") == "weight_step"]
+    algorithm = run.config.get("weights", {}).get("algorithm", "rft")
+    title = f"{algorithm.upper()} weight steps"
     if not steps:
-        return _section("rft", "RFT weight steps", _none())
+        return _section("rft", title, _none())
     rows = [
         [
             str(e["step"]),
             f"{e['train_reward']:.3f}",
             f"{e['kept']}/{e['total']}",
             str(e.get("examples", "")),
-            f"{e['loss']:.4f}" if isinstance(e.get("loss"), int | float) else "-",
+            _number(e.get("loss")),
+            _number(e.get("kl"), 5),
+            _number(e.get("margin") if algorithm == "dpo" else e.get("mean_abs_advantage")),
             str(e.get("rollouts", "")),
         ]
         for e in steps
     ]
-    table = _table(["step", "train reward", "kept", "examples", "loss", "rollouts after"], rows, {1, 3, 4, 5})
-    return _section("rft", "RFT weight steps", _img(plot_rft(steps), "train reward per RFT step") + table)
+    signal = {"dpo": "margin", "grpo": "mean |advantage|"}.get(algorithm, "-")
+    head = ["step", "train reward", "kept", "examples", "loss", "KL to phase start", signal, "rollouts after"]
+    table = _table(head, rows, {1, 3, 4, 5, 6, 7})
+    per_phase = examples_per_phase(steps)
+    if per_phase:
+        note = '<p class="note">Training examples per weight phase and harness version.</p>'
+        table += note + _table(["weight phase", "harness", "examples", "steps"], per_phase, {0, 2, 3})
+    return _section("rft", title, _img(plot_rft(steps), "train reward per weight step") + table)
 
 
 def section_search(run: RunFiles) -> str:

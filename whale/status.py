@@ -64,8 +64,11 @@ def run_status(folder: Path) -> list[str]:
     pid = running_pid(folder)
     condition = "finished" if state["finished"] else f"running (pid {pid})" if pid else "stopped (resumable)"
     sched = state["schedule"]
+    method = cfg.get("schedule", {}).get("method", "whale")
+    algorithm = cfg.get("weights", {}).get("algorithm", "rft")
+    method += f"+{algorithm}" if algorithm != "rft" else ""  # as `whale compare --methods` names it
     lines = [
-        f"{folder}: {cfg.get('schedule', {}).get('method', 'whale')} on {cfg.get('domain', {}).get('name')}, "
+        f"{folder}: {method} on {cfg.get('domain', {}).get('name')}, "
         f"model {cfg.get('model', {}).get('name')}: {condition}",
         f"budget: {spent}/{limit} rollouts ({100 * spent / max(limit, 1):.0f}%), "
         f"{b['generated_tokens']} tokens, {b['model_calls']} model calls, {b['wall_s']:.0f}s",

@@ -28,8 +28,12 @@ def metrics_from(record: dict[str, Any]) -> dict[str, float]:
     """The scalars worth plotting from one events.jsonl record or evaluation point."""
     kind = record.get("event")
     if kind == "weight_step":
-        return {"train/reward": record["train_reward"], "train/loss": record["loss"],
-                "train/kept_fraction": record["kept"] / max(record["total"], 1)}  # fmt: skip
+        scalars = {"train/reward": record["train_reward"], "train/loss": record["loss"],
+                   "train/kept_fraction": record["kept"] / max(record["total"], 1)}  # fmt: skip
+        for key in ("kl", "margin", "mean_abs_advantage"):  # present for some algorithms only
+            if record.get(key) is not None:
+                scalars[f"train/{key}"] = record[key]
+        return scalars
     if kind == "search_iteration":
         return {"search/incumbent_score": record["incumbent_score"],
                 "search/accepted": float(record["accepted"])}  # fmt: skip

@@ -16,6 +16,9 @@ class ModelCall:
     train: bool
     params: dict[str, Any]
     usage: dict[str, int] | None = None  # a remote server's token counts (see Generation.usage)
+    # Per completion token, the sampling log-probability (Generation.logprobs); recorded only for rollouts
+    # that ask for it (GRPO training), and left out of the JSON otherwise so other traces do not grow.
+    logprobs: list[float] | None = None
 
 
 @dataclass
@@ -46,7 +49,11 @@ class Rollout:
         return sum(len(c.completion_ids) or (c.usage or {}).get("completion_tokens", 0) for c in self.calls)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for call in d["calls"]:
+            if call["logprobs"] is None:
+                del call["logprobs"]
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Rollout:

@@ -88,6 +88,8 @@ class RolloutJob:
     salt: str = ""
     # False for a task without gold data (a deployed agent answering a user): no reward is computed.
     verify: bool = True
+    # Record every model call's per-token sampling log-probabilities (ModelCall.logprobs), for GRPO.
+    logprobs: bool = False
 
 
 @dataclass
@@ -403,7 +405,7 @@ class RolloutRunner:
         params = self._params(w.request)
         n = w.request.get("n", 1)
         seeds = [self._request_seed(w.job, len(w.rollout.calls) + k) for k in range(n)]
-        return [GenerationRequest(w.request["messages"], params, seed) for seed in seeds]
+        return [GenerationRequest(w.request["messages"], params, seed, w.job.logprobs) for seed in seeds]
 
     def _serve_model(self, waiting: list[_Worker]) -> None:
         requests, owners = [], []
@@ -454,7 +456,7 @@ class RolloutRunner:
                         "max_tokens": p.max_tokens, "stop": list(p.stop), "seed": req.seed}  # fmt: skip
             call = ModelCall(
                 req.messages, g.prompt_ids, g.completion_ids, g.text, g.finish_reason, train, recorded,
-                usage=g.usage,
+                usage=g.usage, logprobs=g.logprobs if req.logprobs else None,
             )  # fmt: skip
             w.rollout.calls.append(call)
             texts.append(g.text)

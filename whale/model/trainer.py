@@ -1,4 +1,8 @@
-"""SFT on exact token sequences with loss masks; LoRA (peft) by default, full fine-tuning as an option.
+"""Training on exact token sequences with loss masks; LoRA (peft) by default, full fine-tuning as an option.
+
+The loss is SFT (rejection sampling), DPO or GRPO (whale/model/losses.py), all on the same masked target
+tokens. DPO and GRPO's KL compare against a frozen reference: a snapshot of the trainable tensors, swapped
+in for one no-grad pass per `train` call (under LoRA only the adapter is copied).
 
 The trainer wraps the same model object the engine serves, so an update is visible to the next rollout
 without a reload.
@@ -8,13 +12,16 @@ from __future__ import annotations
 
 import io
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from whale.model.losses import SFT, Objective, dpo_loss, grpo_loss, kl_estimate, sft_loss
 from whale.store import atomic_write_bytes
 
 
@@ -24,6 +31,12 @@ class TrainExample:
 
     ids: list[int]
     mask: list[int]
+    temperature: float = 1.0  # log-probs are taken at this temperature (GRPO: the sampling one)
+    advantage: float = 0.0  # grpo: the rollout's group-relative advantage
+    old_logprobs: list[float] | None = None  # grpo: the engine's sampling log-probs of the masked tokens
+    pair: int = -1  # dpo: sequences with the same pair id form one preference pair
+    chosen: bool = True  # dpo: the sequence belongs to the pair's chosen (kept) rollout
+    ref_logprobs: torch.Tensor | None = None  # set by the trainer: the masked tokens under the reference
 
 
 @dataclass
@@ -37,8 +50,8 @@ class TrainerConfig:
     )
     lr: float = 5e-4
     weight_decay: float = 0.0
-    minibatch: int = 32  # examples per optimizer step
-    micro_batch: int = 16  # examples per forward pass (gradient accumulation inside a minibatch)
+    minibatch: int = 32  # examples (DPO: pairs) per optimizer step
+    micro_batch: int = 16  # examples (DPO: pairs) per forward pass (gradient accumulation in a minibatch)
     epochs: int = 1
     max_grad_norm: float = 1.0
     # compute dtype of forward/backward: bfloat16 runs under torch.autocast (weights, optimizer state and
@@ -82,7 +95,78 @@ def token_nll(model: Any, batch: list[TrainExample], pad_id: int) -> tuple[torch
     """Summed NLL over masked target tokens of a batch, and the number of those tokens."""
     per_example = target_logprobs(model, batch, pad_id)
     count = sum(len(t) for t in per_example)
-    return -torch.cat(per_example).sum(), count
+    return sft_loss(per_example), count
+
+
+def example_logprobs(model: Any, batch: list[TrainExample], pad_id: int) -> list[torch.Tensor]:
+    """`target_logprobs` of each example at its own temperature (one call per temperature present)."""
+    by_temperature: dict[float, list[int]] = defaultdict(list)
+    for i, e in enumerate(batch):
+        by_temperature[e.temperature].append(i)
+    out: list[torch.Tensor] = [torch.empty(0)] * len(batch)
+    for temperature, rows in by_temperature.items():
+        logps = target_logprobs(model, [batch[i] for i in rows], pad_id, temperature)
+        for i, lp in zip(rows, logps, strict=True):
+            out[i] = lp
+    return out
+
+
+def training_units(examples: list[TrainExample]) -> list[list[TrainExample]]:
+    """What must share a micro-batch: a DPO pair's sequences (one `pair` id), else each example alone."""
+    units: list[list[TrainExample]] = []
+    pairs: dict[int, list[TrainExample]] = {}
+    for e in examples:
+        if e.pair < 0:
+            units.append([e])
+        elif e.pair in pairs:
+            pairs[e.pair].append(e)
+        else:
+            pairs[e.pair] = [e]
+            units.append(pairs[e.pair])
+    return units
+
+
+def loss_count(objective: Objective, units: list[list[TrainExample]]) -> int:
+    """What a minibatch's summed loss is divided by: its target tokens, or for DPO its pairs."""
+    if objective.kind == "dpo":
+        return len(units)
+    return sum(sum(e.mask[1:]) for unit in units for e in unit)
+
+
+def micro_batch_loss(
+    objective: Objective, batch: list[TrainExample], logps: list[torch.Tensor]
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The summed loss of one micro-batch, and summed statistics (target tokens, KL to the reference when
+    the examples carry reference log-probs, DPO margins)."""
+    stats: dict[str, float] = {"tokens": float(sum(len(lp) for lp in logps))}
+    refs = [e.ref_logprobs for e in batch]
+    if all(r is not None for r in refs):
+        stats["kl"] = float(sum(kl_estimate(lp.detach(), r).sum() for lp, r in zip(logps, refs, strict=True)))
+    if objective.kind == "sft":
+        return sft_loss(logps), stats
+    if objective.kind == "grpo":
+        per_token = [
+            grpo_loss(lp, torch.tensor(e.old_logprobs, dtype=lp.dtype), e.advantage, objective.clip_eps)
+            for e, lp in zip(batch, logps, strict=True)
+        ]
+        if objective.kl_coef > 0:
+            per_token = [
+                t + objective.kl_coef * kl_estimate(lp, r)
+                for t, lp, r in zip(per_token, logps, refs, strict=True)
+            ]
+        return torch.cat(per_token).sum(), stats
+    pair_ids = sorted({e.pair for e in batch})
+    slot = torch.tensor([pair_ids.index(e.pair) for e in batch])
+    chosen = torch.tensor([e.chosen for e in batch])
+    seq = torch.stack([lp.sum() for lp in logps])
+    ref = torch.stack([r.sum() for r in refs])
+    zeros = torch.zeros(len(pair_ids), dtype=seq.dtype)
+    sides = [
+        zeros.index_add(0, slot[side], values[side]) for values in (seq, ref) for side in (chosen, ~chosen)
+    ]
+    losses, margins = dpo_loss(*sides, objective.beta)
+    stats["margin"] = float(margins.sum())
+    return losses.sum(), stats
 
 
 def with_lora(model: Any, config: TrainerConfig) -> Any:
@@ -100,9 +184,9 @@ def with_lora(model: Any, config: TrainerConfig) -> Any:
     return get_peft_model(model, lora)
 
 
-def load_trainable(model: Any, folder: Path) -> None:
-    """Load a checkpoint's trainable weights (see Trainer.save) into `model`, built as the trainer built it;
-    a checkpoint missing any of them is refused rather than silently half-loaded."""
+def checkpoint_weights(model: Any, folder: Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's trainable tensors (see Trainer.save) for `model`, built as the trainer built it; a
+    checkpoint missing any of them is refused rather than silently half-loaded."""
     from safetensors.torch import load_file
 
     state = load_file(str(folder / "weights.safetensors"))
@@ -112,7 +196,12 @@ def load_trainable(model: Any, folder: Path) -> None:
         raise ValueError(
             f"{folder}: checkpoint lacks {len(missing)} trainable tensors (e.g. {sorted(missing)[0]})"
         )
-    model.load_state_dict(state, strict=False)
+    return state
+
+
+def load_trainable(model: Any, folder: Path) -> None:
+    """Load a checkpoint's trainable weights into `model` (see checkpoint_weights)."""
+    model.load_state_dict(checkpoint_weights(model, folder), strict=False)
 
 
 class Trainer:
@@ -124,35 +213,94 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
         self.steps = 0
+        self.reference: dict[str, torch.Tensor] | None = None  # trainable tensors at the phase start
 
-    def optimizer_steps_for(self, n_examples: int) -> int:
-        """How many optimizer steps `train` takes on this many examples (for progress bars)."""
-        return self.config.epochs * -(-n_examples // self.config.minibatch)
+    def optimizer_steps_for(self, n_units: int) -> int:
+        """How many optimizer steps `train` takes on this many training units (for progress bars)."""
+        return self.config.epochs * -(-n_units // self.config.minibatch)
+
+    def freeze_reference(self) -> None:
+        """Take the current weights as the reference of DPO and of the KL (call at a weight phase start)."""
+        self.reference = self.trainable_state()
+
+    def load_reference(self, folder: Path) -> None:
+        """The reference from a checkpoint written by `save` (a resumed run's phase-start weights)."""
+        self.reference = checkpoint_weights(self.model, folder)
+
+    @contextmanager
+    def _reference_weights(self) -> Iterator[None]:
+        """Swap the reference's tensors in, and the current ones back afterwards, bit for bit."""
+        params = dict(self.model.named_parameters())
+        current = self.trainable_state()
+        with torch.no_grad():
+            for name, tensor in self.reference.items():
+                params[name].copy_(tensor)
+            try:
+                yield
+            finally:
+                for name, tensor in current.items():
+                    params[name].copy_(tensor)
+
+    @torch.no_grad()
+    def reference_logprobs(self, examples: list[TrainExample]) -> list[torch.Tensor]:
+        """Each example's target log-probs under the reference weights (at the example's temperature)."""
+        was_training = self.model.training
+        self.model.eval()
+        out: list[torch.Tensor] = []
+        with self._reference_weights():
+            for start in range(0, len(examples), self.config.micro_batch):
+                out += example_logprobs(
+                    self.model, examples[start : start + self.config.micro_batch], self.pad_id
+                )
+        self.model.train(was_training)
+        return out
 
     def train(
-        self, examples: list[TrainExample], on_step: Callable[[], None] | None = None
-    ) -> dict[str, float]:
-        """One pass (config.epochs) over `examples`; token-mean NLL per minibatch, one optimizer step each."""
+        self,
+        examples: list[TrainExample],
+        on_step: Callable[[], None] | None = None,
+        loss: Objective = SFT,
+    ) -> dict[str, float | None]:
+        """One pass (config.epochs) over `examples`, one optimizer step per minibatch of the loss's mean.
+
+        Returns the mean loss (per token; DPO: per pair), the tokens trained on, the optimizer steps, the
+        mean per-token KL to the reference and the mean DPO margin. Both are measured on the weights each
+        minibatch saw, before its update (no extra forward pass), so the first minibatch after
+        `freeze_reference` reads KL 0; KL is None without a reference, margin None for other losses.
+        """
         if not examples:
-            return {"loss": float("nan"), "tokens": 0, "optimizer_steps": 0}
+            return {"loss": float("nan"), "tokens": 0, "optimizer_steps": 0, "kl": None, "margin": None}
         cfg = self.config
+        if loss.needs_reference and self.reference is None:
+            self.freeze_reference()
+        if self.reference is not None:
+            refs = self.reference_logprobs(examples)
+            examples = [replace(e, ref_logprobs=r) for e, r in zip(examples, refs, strict=True)]
         self.model.train()
-        total_loss, total_tokens, opt_steps = 0.0, 0, 0
+        total_loss, total_count, opt_steps = 0.0, 0, 0
+        sums: dict[str, float] = defaultdict(float)
         for _ in range(cfg.epochs):
-            order = list(examples)
+            order = training_units(examples)
             self.rng.shuffle(order)
             for start in range(0, len(order), cfg.minibatch):
-                minibatch = sorted(order[start : start + cfg.minibatch], key=lambda e: len(e.ids))
-                n_tokens = sum(sum(e.mask[1:]) for e in minibatch)
-                if n_tokens == 0:
+                minibatch = sorted(
+                    order[start : start + cfg.minibatch], key=lambda u: sum(len(e.ids) for e in u)
+                )
+                count = loss_count(loss, minibatch)
+                if loss_count(SFT, minibatch) == 0:  # no target token at all
                     continue
                 self.optimizer.zero_grad(set_to_none=True)
                 for m in range(0, len(minibatch), cfg.micro_batch):
+                    batch = [e for unit in minibatch[m : m + cfg.micro_batch] for e in unit]
                     with self._autocast():
-                        nll, count = token_nll(self.model, minibatch[m : m + cfg.micro_batch], self.pad_id)
-                    (nll / n_tokens).backward()
-                    total_loss += nll.item()
-                    total_tokens += count
+                        value, stats = micro_batch_loss(
+                            loss, batch, example_logprobs(self.model, batch, self.pad_id)
+                        )
+                    (value / count).backward()
+                    total_loss += value.item()
+                    for key, v in stats.items():
+                        sums[key] += v
+                total_count += count
                 torch.nn.utils.clip_grad_norm_(
                     [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
                 )
@@ -162,10 +310,13 @@ class Trainer:
                     on_step()
         self.steps += opt_steps
         self.model.eval()
+        tokens = int(sums["tokens"])
         return {
-            "loss": total_loss / max(total_tokens, 1),
-            "tokens": total_tokens,
+            "loss": total_loss / max(total_count, 1),
+            "tokens": tokens,
             "optimizer_steps": opt_steps,
+            "kl": sums["kl"] / max(tokens, 1) if self.reference is not None else None,
+            "margin": sums["margin"] / max(total_count, 1) if loss.kind == "dpo" else None,
         }
 
     def _autocast(self) -> torch.autocast:
