@@ -104,12 +104,12 @@ class WeightsConfig(Section):
     world_size: int = Field(2, ge=1)  # fsdp: training processes, one per GPU
     backend: Literal["auto", "nccl", "gloo"] = "auto"  # fsdp: auto = nccl with enough GPUs, else gloo
 
-
     @model_validator(mode="after")
     def _fsdp_trains_rft(self) -> WeightsConfig:
         if self.parallel == "fsdp" and (self.algorithm != "rft" or self.log_kl or self.kl_coef > 0):
             raise ValueError("parallel=fsdp trains algorithm=rft without a reference (no log_kl, kl_coef 0)")
         return self
+
 
 class RFTConfig(Section):
     tasks_per_step: int = Field(16, ge=1)

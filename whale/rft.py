@@ -216,7 +216,11 @@ def sample(
     Returns the rollouts and how many tasks each harness ran. `logprobs` records sampling log-probs."""
     tasks = rng.sample(train_tasks, min(tasks_per_step, len(train_tasks)))
     chosen = [harnesses[0] if len(harnesses) == 1 else rng.choice(harnesses) for _ in tasks]
-    jobs = [RolloutJob(t, h, s, salt, logprobs) for t, h in zip(tasks, chosen, strict=True) for s in range(k)]
+    jobs = [
+        RolloutJob(t, h, s, salt, logprobs=logprobs)
+        for t, h in zip(tasks, chosen, strict=True)
+        for s in range(k)
+    ]
     return runner.run(jobs, on_done), dict(Counter(h.id for h in chosen))
 
 

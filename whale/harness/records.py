@@ -15,10 +15,10 @@ class ModelCall:
     finish_reason: str
     train: bool
     params: dict[str, Any]
-    usage: dict[str, int] | None = None  # a remote server's token counts (see Generation.usage)
     # Per completion token, the sampling log-probability (Generation.logprobs); recorded only for rollouts
     # that ask for it (GRPO training), and left out of the JSON otherwise so other traces do not grow.
     logprobs: list[float] | None = None
+    usage: dict[str, int] | None = None  # a remote server's token counts (see Generation.usage)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from whale.config import Config, WeightsConfig
+from whale.model.losses import SFT, Objective
 from whale.model.trainer import Trainer, TrainerConfig, TrainExample, token_nll
 
 
@@ -118,37 +119,36 @@ class DistributedTrainer(Trainer):
         return replies
 
     def train(
-        self, examples: list[TrainExample], on_step: Callable[[], None] | None = None
-    ) -> dict[str, float]:
+        self,
+        examples: list[TrainExample],
+        on_step: Callable[[], None] | None = None,
+        loss: Objective = SFT,
+    ) -> dict[str, float | None]:
+        if loss.kind != "sft":
+            raise ValueError("weights.parallel=fsdp trains the SFT loss (algorithm rft) only")
         if not examples:
-            return {"loss": float("nan"), "tokens": 0, "optimizer_steps": 0}
+            return {"loss": float("nan"), "tokens": 0, "optimizer_steps": 0, "kl": None, "margin": None}
         cfg = self.config
         total_loss, total_tokens, opt_steps = 0.0, 0, 0
-        for _ in range(cfg.epochs):
-            order = list(examples)
-            self.rng.shuffle(order)
-            for start in range(0, len(order), cfg.minibatch):
-                minibatch = sorted(order[start : start + cfg.minibatch], key=lambda e: len(e.ids))
-                n_tokens = sum(sum(e.mask[1:]) for e in minibatch)
-                if n_tokens == 0:
-                    continue
-                micro = [
-                    minibatch[m : m + cfg.micro_batch] for m in range(0, len(minibatch), cfg.micro_batch)
-                ]
-                passes = -(-len(micro) // self.world_size)
-                shares = [(micro[r :: self.world_size], n_tokens, passes) for r in range(self.world_size)]
-                replies = self._ask("step", per_rank=shares)
-                total_loss += sum(loss for loss, _ in replies)
-                total_tokens += sum(count for _, count in replies)
-                opt_steps += 1
-                if on_step is not None:
-                    on_step()
+        for units, n_tokens in self.minibatches(examples, loss):
+            minibatch = [e for unit in units for e in unit]
+            micro = [minibatch[m : m + cfg.micro_batch] for m in range(0, len(minibatch), cfg.micro_batch)]
+            passes = -(-len(micro) // self.world_size)
+            shares = [(micro[r :: self.world_size], n_tokens, passes) for r in range(self.world_size)]
+            replies = self._ask("step", per_rank=shares)
+            total_loss += sum(value for value, _ in replies)
+            total_tokens += sum(count for _, count in replies)
+            opt_steps += 1
+            if on_step is not None:
+                on_step()
         self.steps += opt_steps
         self.model.load_state_dict(self._ask("state")[0], strict=False)
         return {
             "loss": total_loss / max(total_tokens, 1),
             "tokens": total_tokens,
             "optimizer_steps": opt_steps,
+            "kl": None,
+            "margin": None,
         }
 
     def save(self, folder: Any) -> None:

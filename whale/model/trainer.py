@@ -279,35 +279,26 @@ class Trainer:
         self.model.train()
         total_loss, total_count, opt_steps = 0.0, 0, 0
         sums: dict[str, float] = defaultdict(float)
-        for _ in range(cfg.epochs):
-            order = training_units(examples)
-            self.rng.shuffle(order)
-            for start in range(0, len(order), cfg.minibatch):
-                minibatch = sorted(
-                    order[start : start + cfg.minibatch], key=lambda u: sum(len(e.ids) for e in u)
-                )
-                count = loss_count(loss, minibatch)
-                if loss_count(SFT, minibatch) == 0:  # no target token at all
-                    continue
-                self.optimizer.zero_grad(set_to_none=True)
-                for m in range(0, len(minibatch), cfg.micro_batch):
-                    batch = [e for unit in minibatch[m : m + cfg.micro_batch] for e in unit]
-                    with self._autocast():
-                        value, stats = micro_batch_loss(
-                            loss, batch, example_logprobs(self.model, batch, self.pad_id)
-                        )
-                    (value / count).backward()
-                    total_loss += value.item()
-                    for key, v in stats.items():
-                        sums[key] += v
-                total_count += count
-                torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
-                )
-                self.optimizer.step()
-                opt_steps += 1
-                if on_step is not None:
-                    on_step()
+        for minibatch, count in self.minibatches(examples, loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            for m in range(0, len(minibatch), cfg.micro_batch):
+                batch = [e for unit in minibatch[m : m + cfg.micro_batch] for e in unit]
+                with self._autocast():
+                    value, stats = micro_batch_loss(
+                        loss, batch, example_logprobs(self.model, batch, self.pad_id)
+                    )
+                (value / count).backward()
+                total_loss += value.item()
+                for key, v in stats.items():
+                    sums[key] += v
+            total_count += count
+            torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
+            )
+            self.optimizer.step()
+            opt_steps += 1
+            if on_step is not None:
+                on_step()
         self.steps += opt_steps
         self.model.eval()
         tokens = int(sums["tokens"])
@@ -318,6 +309,23 @@ class Trainer:
             "kl": sums["kl"] / max(tokens, 1) if self.reference is not None else None,
             "margin": sums["margin"] / max(total_count, 1) if loss.kind == "dpo" else None,
         }
+
+    def minibatches(
+        self, examples: list[TrainExample], loss: Objective = SFT
+    ) -> Iterator[tuple[list[list[TrainExample]], int]]:
+        """The optimizer steps of `train`: per epoch, shuffled training units cut into minibatches, each
+        sorted by length (so micro-batches pad little), with what its summed loss is divided by; a
+        minibatch without a single target token is skipped."""
+        cfg = self.config
+        for _ in range(cfg.epochs):
+            order = training_units(examples)
+            self.rng.shuffle(order)
+            for start in range(0, len(order), cfg.minibatch):
+                minibatch = sorted(
+                    order[start : start + cfg.minibatch], key=lambda u: sum(len(e.ids) for e in u)
+                )
+                if loss_count(SFT, minibatch) > 0:
+                    yield minibatch, loss_count(loss, minibatch)
 
     def _autocast(self) -> torch.autocast:
         device = next(self.model.parameters()).device.type
