@@ -156,3 +156,51 @@ def test_slots_are_reused_as_rows_finish(sharp_tiny, max_batch: int):
     gens = FastEngine(*sharp_tiny, max_batch=max_batch).generate(reqs, seed=0)
     wide = FastEngine(*sharp_tiny, max_batch=16).generate(reqs, seed=0)
     assert [g.completion_ids for g in gens] == [g.completion_ids for g in wide]
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "mistral"])
+def test_other_llama_family_decoders_match_transformers(tokenizer, family: str):
+    """Qwen2 (q/k/v biases), Qwen3 (per-head q/k norms, head_dim not hidden/heads) and Mistral: random tiny
+    models with sharpened weights, greedy ids equal to HFEngine's (transformers' own forward)."""
+    import transformers
+
+    config_cls, model_cls = {
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+    }[family]
+    extra = {"head_dim": 32} if family == "qwen3" else {}
+    torch.manual_seed(0)
+    model = model_cls(
+        config_cls(
+            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+            tie_word_embeddings=True, **extra,
+        )
+    ).eval()  # fmt: skip
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.mul_(30.0)  # random init is near-uniform: every prompt would greedily give the same tokens
+            elif "bias" in name:
+                p.normal_(0, 1.0)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    reqs = seeded(SamplingParams(temperature=0.0, max_tokens=10))
+    ours = FastEngine(model, tokenizer).generate(reqs, seed=0)
+    reference = HFEngine(model, tokenizer).generate(reqs, seed=0)
+    assert [g.completion_ids for g in ours] == [g.completion_ids for g in reference]
+    assert len({tuple(g.completion_ids) for g in ours}) > 2  # the outputs depend on the prompt
+
+
+def test_a_model_outside_the_llama_family_is_a_clear_config_error(tokenizer):
+    import transformers
+
+    from whale.config import ConfigError, EngineConfig
+    from whale.model.backends import build_engine
+
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2, n_positions=64)
+    )
+    with pytest.raises(ConfigError, match="use engine.kind=hf"):
+        build_engine(EngineConfig(kind="fast", dtype="float32"), gpt2, tokenizer, 4)
+    assert build_engine(EngineConfig(kind="hf"), gpt2, tokenizer, 4).generate(seeded()[:1], seed=0)

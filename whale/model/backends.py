@@ -15,12 +15,20 @@ def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) 
 
         return HFEngine(model, tokenizer, max_batch=max_batch)
     if cfg.kind == "fast":
-        from whale.model.fast_engine import FastEngine, pick_dtype
+        from whale.config import ConfigError
+        from whale.model.fast_engine import FastEngine, UnsupportedModel, pick_dtype
 
-        dtype, why = pick_dtype(model, tokenizer, cfg.dtype)
-        engine = FastEngine(
-            model, tokenizer, max_batch=max_batch, dtype=dtype, prefix_cache_tokens=cfg.prefix_cache_tokens
-        )
+        try:
+            dtype, why = pick_dtype(model, tokenizer, cfg.dtype)
+            engine = FastEngine(
+                model,
+                tokenizer,
+                max_batch=max_batch,
+                dtype=dtype,
+                prefix_cache_tokens=cfg.prefix_cache_tokens,
+            )
+        except UnsupportedModel as exc:
+            raise ConfigError(f"engine.kind=fast: {exc}; use engine.kind=hf for this model") from None
         engine.dtype_reason = why
         return engine
     if cfg.kind == "vllm":

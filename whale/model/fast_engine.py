@@ -185,7 +185,9 @@ class FastEngine:
         self.eos_ids = eos_token_ids(model, tokenizer)
         core = _base(model)
         self.max_positions = int(getattr(core.config, "max_position_embeddings", 4096))
-        self.rotary = core.model.rotary_emb
+        self.rotary = getattr(getattr(core, "model", None), "rotary_emb", None)
+        if self.rotary is None:
+            raise UnsupportedModel(f"{type(core).__name__}: not a Llama-style decoder (no model.rotary_emb)")
         self.tokens_generated = 0
         self.prefill_computed = 0  # prompt tokens run through the model
         self.prefill_reused = 0  # prompt tokens whose KV came from the prefix cache
