@@ -100,6 +100,9 @@ def test_complete_tiny_run_writes_the_run_directory(tmp_path):
     assert "test mean@k: before" in proc.stdout
     state = check_complete_run(out)
     assert state["weight_steps"] >= 2 and state["search_iters"] >= 1
+    start = read_jsonl(out / "events.jsonl")[0]  # the defaults: float32 engine and trainer, and why
+    assert start["compute"] == {"engine": "float32 (float32 requested)", "trainer": "float32"}
+    assert "compute: engine float32 (float32 requested); trainer float32" in proc.stdout
     candidates = state["candidates"]
     assert len(candidates) >= 2  # the search proposed at least one challenger
     for cid in candidates[1:]:

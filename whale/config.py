@@ -59,8 +59,9 @@ class EngineConfig(Section):
     # vllm: GPU serving (whale[gpu]); remote: an OpenAI-compatible server (docs/scaling.md)
     kind: Literal["hf", "fast", "vllm", "remote"] = "fast"
     # fast engine: "auto" takes bfloat16 only where a probe finds it faster than float32 and numerically
-    # close (see docs/performance.md); the probe's verdict is logged
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    # close (see docs/performance.md); the verdict is in the run's start event and console. Not the
+    # default: a timing probe can decide differently between a run and its resume.
+    dtype: Literal["auto", "float32", "bfloat16"] = "float32"
     prefix_cache_tokens: int = Field(32768, ge=0)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     remote: RemoteConfig = Field(default_factory=RemoteConfig)
@@ -97,7 +98,8 @@ class WeightsConfig(Section):
     micro_batch: int = Field(16, ge=1)
     epochs: int = Field(1, ge=1)
     # forward/backward compute dtype; "auto" takes bfloat16 (autocast) only where it measures faster
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    # (opt-in, as engine.dtype)
+    dtype: Literal["auto", "float32", "bfloat16"] = "float32"
     # fsdp: train in `world_size` processes with the parameters sharded (FSDP2), for models that do not
     # fit one device; same results as one process (whale/model/distributed.py)
     parallel: Literal["none", "fsdp"] = "none"

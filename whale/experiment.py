@@ -161,9 +161,20 @@ class Experiment:
             next_eval_at=self.cfg.eval.every_rollouts,
         )
         self.state = state
-        append_jsonl(self.out / "events.jsonl", [{"event": "start", "config": self.cfg.model_dump()}])
+        compute = self._compute_dtypes()
+        self.console.print(f"compute: engine {compute['engine']}; trainer {compute['trainer']}")
+        start = {"event": "start", "config": self.cfg.model_dump(), "compute": compute}
+        append_jsonl(self.out / "events.jsonl", [start])
         self._commit(weights_changed=False, boundary=False)
         return state
+
+    def _compute_dtypes(self) -> dict[str, str]:
+        """What generation and training compute in, and why ("auto" measures bf16 against fp32)."""
+        engine = getattr(self.runner, "engine", None)  # the local executor's; Ray actors build their own
+        dtype = getattr(engine, "dtype", None)
+        reason = getattr(engine, "dtype_reason", None)
+        shown = f"{str(dtype).removeprefix('torch.')} ({reason})" if dtype is not None else "float32 (model)"
+        return {"engine": shown, "trainer": self.trainer.config.dtype}
 
     def _load_state(self) -> RunState:
         state = RunState(**read_json(self.out / "state.json"))

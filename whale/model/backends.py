@@ -26,10 +26,10 @@ def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) 
                 max_batch=max_batch,
                 dtype=dtype,
                 prefix_cache_tokens=cfg.prefix_cache_tokens,
+                dtype_reason=why,
             )
         except UnsupportedModel as exc:
             raise ConfigError(f"engine.kind=fast: {exc}; use engine.kind=hf for this model") from None
-        engine.dtype_reason = why
         return engine
     if cfg.kind == "vllm":
         from whale.model.vllm_engine import VLLMEngine

@@ -172,12 +172,13 @@ class FastEngine:
         weights_version: str = "w0",
         prefix_cache_tokens: int = 32768,
         prefill_tokens: int = 8192,
+        dtype_reason: str = "given",
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.dtype = dtype
-        self.dtype_reason = "given"
+        self.dtype_reason = dtype_reason  # why this dtype (pick_dtype's verdict), for the run's log
         self.weights_version = weights_version
         self.prefix_cache_tokens = prefix_cache_tokens
         self.prefill_tokens = prefill_tokens  # per admission step: bounds prefill memory and latency
