@@ -114,7 +114,9 @@ class Experiment:
         seed = None if resume else self._seed_candidate()
         self.schedule = build_schedule(cfg.schedule, len(self.splits["train"]), cfg.rft.tasks_per_step)
         self.trainer, tokenizer = build_trainer(cfg)
-        self.runner = build_executor(cfg, self.trainer.model, tokenizer, self.domain, self.trainer)
+        # engine.dtype "auto" is decided once here, so every engine of the run (Ray actors too) agrees
+        engine_cfg, self.engine_dtype = resolve_engine_dtype(cfg, self.trainer.model, tokenizer)
+        self.runner = build_executor(engine_cfg, self.trainer.model, tokenizer, self.domain, self.trainer)
         self._prepare_dir(resume)  # only now: a config, domain or model error leaves nothing on disk
         self.archive = Archive(out / "search")
         self.state = self._load_state() if resume else self._fresh_state(seed)
@@ -161,20 +163,12 @@ class Experiment:
             next_eval_at=self.cfg.eval.every_rollouts,
         )
         self.state = state
-        compute = self._compute_dtypes()
+        compute = {"engine": self.engine_dtype, "trainer": self.trainer.config.dtype}
         self.console.print(f"compute: engine {compute['engine']}; trainer {compute['trainer']}")
         start = {"event": "start", "config": self.cfg.model_dump(), "compute": compute}
         append_jsonl(self.out / "events.jsonl", [start])
         self._commit(weights_changed=False, boundary=False)
         return state
-
-    def _compute_dtypes(self) -> dict[str, str]:
-        """What generation and training compute in, and why ("auto" measures bf16 against fp32)."""
-        engine = getattr(self.runner, "engine", None)  # the local executor's; Ray actors build their own
-        dtype = getattr(engine, "dtype", None)
-        reason = getattr(engine, "dtype_reason", None)
-        shown = f"{str(dtype).removeprefix('torch.')} ({reason})" if dtype is not None else "float32 (model)"
-        return {"engine": shown, "trainer": self.trainer.config.dtype}
 
     def _load_state(self) -> RunState:
         state = RunState(**read_json(self.out / "state.json"))
@@ -596,6 +590,19 @@ def check_proposer(cfg: Config) -> None:
                 raise ValueError(problem)
     except ValueError as exc:
         raise ConfigError(f"proposer: {exc}") from None
+
+
+def resolve_engine_dtype(cfg: Config, model: Any, tokenizer: Any) -> tuple[Config, str]:
+    """The config the engines are built from (a fast engine's "auto" dtype replaced by the probe's
+    choice) and what to log about it."""
+    if cfg.engine.kind != "fast":
+        return cfg, f"the model's ({cfg.engine.kind} engine)"
+    from whale.model.fast_engine import pick_dtype
+
+    dtype, why = pick_dtype(model, tokenizer, cfg.engine.dtype)
+    name = str(dtype).removeprefix("torch.")
+    engine = cfg.engine.model_copy(update={"dtype": name})
+    return cfg.model_copy(update={"engine": engine}), f"{name} ({why})"
 
 
 def check_engine(cfg: Config) -> None:

@@ -19,14 +19,13 @@ def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) 
         from whale.model.fast_engine import FastEngine, UnsupportedModel, pick_dtype
 
         try:
-            dtype, why = pick_dtype(model, tokenizer, cfg.dtype)
+            dtype, _ = pick_dtype(model, tokenizer, cfg.dtype)
             engine = FastEngine(
                 model,
                 tokenizer,
                 max_batch=max_batch,
                 dtype=dtype,
                 prefix_cache_tokens=cfg.prefix_cache_tokens,
-                dtype_reason=why,
             )
         except UnsupportedModel as exc:
             raise ConfigError(f"engine.kind=fast: {exc}; use engine.kind=hf for this model") from None

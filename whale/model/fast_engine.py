@@ -172,13 +172,11 @@ class FastEngine:
         weights_version: str = "w0",
         prefix_cache_tokens: int = 32768,
         prefill_tokens: int = 8192,
-        dtype_reason: str = "given",
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.dtype = dtype
-        self.dtype_reason = dtype_reason  # why this dtype (pick_dtype's verdict), for the run's log
         self.weights_version = weights_version
         self.prefix_cache_tokens = prefix_cache_tokens
         self.prefill_tokens = prefill_tokens  # per admission step: bounds prefill memory and latency
@@ -529,6 +527,6 @@ def bf16_matmul_speedup(model: Any) -> float:
     """fp32 time / bf16 time of this model's MLP matmul at batch 64 on this machine (best of 8 each).
     Many CPUs advertise bf16 yet run it slower than fp32 through torch; only a measurement tells."""
     cfg = _base(model).config
-    shape = (64, cfg.hidden_size, 2 * cfg.intermediate_size)
+    shape = (64, cfg.hidden_size, 2 * getattr(cfg, "intermediate_size", 4 * cfg.hidden_size))
     fp32, bf16 = (_linear_seconds(*shape, dtype) for dtype in (torch.float32, torch.bfloat16))
     return fp32 / bf16
