@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.test_cli import assert_user_error, check_complete_run, run_in_background, whale
 from whale.compare import parse_methods, pooled, rollouts_to_fraction
@@ -99,13 +101,18 @@ def test_compare_runs_every_method_on_one_budget_and_writes_table_and_plot(compa
 def test_compare_reuses_finished_runs_and_refuses_a_changed_config(compared):
     out, _ = compared
     out = str(out)
+    # a folder written before a config key existed (here: the whole `checkpoints` section) is still reused
+    saved = Path(out) / "whale" / "seed0" / "config.yaml"
+    data = yaml.safe_load(saved.read_text())
+    del data["checkpoints"]
+    saved.write_text(yaml.safe_dump(data))
     stamps = {m: os.stat(f"{out}/{m}/seed0/state.json").st_mtime_ns for m in SIX.split(",")}
     again = whale("compare", "--domain", "math", "--methods", SIX, "--preset", "tiny", "--out", out)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("finished run reused") == 6
     assert {m: os.stat(f"{out}/{m}/seed0/state.json").st_mtime_ns for m in SIX.split(",")} == stamps
     changed = whale("compare", "--methods", "whale", "--preset", "tiny", "--set", "rft.k=3", "--out", out)
-    assert_user_error(changed, "holds a run with a different config")
+    assert_user_error(changed, "holds a run with a different config (rft.k)")
 
 
 COUNTS = ("unit", "weight_steps", "search_iters", "eval_points", "incumbent", "finished")

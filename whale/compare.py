@@ -91,14 +91,29 @@ def run_folder(out: Path, method: str, seed_offset: int) -> Path:
     return out / method / f"seed{seed_offset}"
 
 
+def differing_keys(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ; both sides are validated configs, so new defaults match."""
+    keys = []
+    for key in sorted(set(a) | set(b)):
+        left, right = a.get(key), b.get(key)
+        if isinstance(left, dict) and isinstance(right, dict):
+            keys += differing_keys(left, right, f"{prefix}{key}.")
+        elif left != right:
+            keys.append(f"{prefix}{key}")
+    return keys
+
+
 def ensure_run(cfg: Config, folder: Path, console: Console) -> None:
     """Run, resume or reuse the method's run in `folder`."""
     from whale.experiment import Experiment
 
     if (folder / "state.json").exists():
-        previous = yaml.safe_load((folder / "config.yaml").read_text())
-        if previous != cfg.model_dump():
-            raise ConfigError(f"{folder} holds a run with a different config; use another --out")
+        saved = config_from_dict(yaml.safe_load((folder / "config.yaml").read_text()), str(folder))
+        changed = differing_keys(saved.model_dump(), cfg.model_dump())
+        if changed:
+            raise ConfigError(
+                f"{folder} holds a run with a different config ({', '.join(changed[:3])}); use another --out"
+            )
         if read_json(folder / "state.json")["finished"]:
             console.print(
                 f"[bold]{folder.parent.name}[/bold] seed {cfg.seed}: finished run reused ({folder})"
@@ -267,7 +282,8 @@ def compare(base: Config, methods: list[str], seeds: int, out: Path, console: Co
     """Run (or reuse) every method and seed, then write the table and the plot."""
     if seeds < 1:
         raise ConfigError("--seeds must be at least 1")
-    configs = [(m, i, method_config(base, m, i)) for m in methods for i in range(seeds)]
+    # seed-major: an interrupted comparison already holds every method for its first seeds
+    configs = [(m, i, method_config(base, m, i)) for i in range(seeds) for m in methods]
     for method, i, cfg in configs:
         ensure_run(cfg, run_folder(out, method, i), console)
     rows = build_rows(out, methods, seeds)
