@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.whale-installed
 DEV_STAMP := $(VENV)/.whale-dev-installed
 
-.PHONY: run test lint install chromium
+.PHONY: run test lint install chromium results
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/whale run --preset default
+
+# Every study behind docs/results.md (hours on 2 cores; resumable: re-run to continue), then the document.
+results: $(STAMP)
+	$(VENV)/bin/whale results --runs runs/results --docs docs
 
 # The report test renders report.html in headless Chromium (Debian's package); installed when absent.
 chromium:

@@ -182,3 +182,15 @@ def agent_bundle(agent_run: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     out = tmp_path_factory.mktemp("bundles") / "w4"
     export_bundle(agent_run, agent_versions(agent_run)[-1], out)
     return out
+
+
+@pytest.fixture(scope="session")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`whale compare` of the six methods on the tiny preset, one seed: (its folder, its stdout)."""
+    from tests.test_cli import whale
+
+    out = tmp_path_factory.mktemp("compare") / "cmp"
+    methods = "whale,whale-adaptive,weight-only,harness-only,stagewise,fast-slow"
+    proc = whale("compare", "--domain", "math", "--methods", methods, "--preset", "tiny", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc.stdout

@@ -43,14 +43,6 @@ def budget_from_events(out) -> tuple[int, int]:
     return train, search
 
 
-@pytest.fixture(scope="module")
-def compared(tmp_path_factory):
-    out = tmp_path_factory.mktemp("compare") / "cmp"
-    proc = whale("compare", "--domain", "math", "--methods", SIX, "--preset", "tiny", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, proc.stdout
-
-
 @pytest.mark.slow
 def test_compare_runs_every_method_on_one_budget_and_writes_table_and_plot(compared):
     out, stdout = compared

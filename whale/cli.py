@@ -208,6 +208,35 @@ def compare(
 
 
 @app.command()
+def results(
+    runs: Annotated[Path, typer.Option(help="Where the studies' run folders go (resumed, reused).")] = Path(
+        "runs/results"
+    ),
+    docs: Annotated[Path, typer.Option(help="Docs folder: results/<study>.json and results.md.")] = Path(
+        "docs"
+    ),
+    study: Annotated[
+        list[str] | None, typer.Option("--study", help="Only this study (repeatable); default: all.")
+    ] = None,
+    render_only: Annotated[
+        bool, typer.Option("--render-only", help="Only re-render results.md from the summaries.")
+    ] = False,
+) -> None:
+    """Run every study behind docs/results.md (each a `whale compare`), summarize it, render the document."""
+    from whale.results import render, run_study, select_studies
+
+    chosen = select_studies(study)
+    if not render_only:
+        for s in chosen:
+            console.print(
+                f"[bold]study {s.name}[/bold]: {s.preset}, {', '.join(s.methods)} x {s.seeds} seeds"
+            )
+            console.print(f"summary written to {run_study(s, runs, docs, console)}")
+    path = render(docs, docs / "results" / "discussion.md")
+    console.print(f"rendered {path}")
+
+
+@app.command()
 def status(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="Run or comparison directory.")],
 ) -> None:

@@ -126,11 +126,52 @@ def ensure_run(cfg: Config, folder: Path, console: Console) -> None:
     Experiment(cfg, folder, console).run()
 
 
-def per_task_rewards(folder: Path, point: int, split: str = "test") -> dict[str, float]:
+@dataclass
+class RunData:
+    """What a comparison needs from one run: evaluation points with per-task scores, budget, unit events.
+
+    Small enough to keep in a repository (docs/results/*.json) instead of the run folder's full traces.
+    """
+
+    method: str
+    seed: int
+    points: list[dict[str, Any]]  # evals.jsonl records plus "tasks": {split: {task_id: mean reward}}
+    budget: dict[str, Any]
+    events: list[dict[str, Any]]  # weight steps, search iterations, re-evaluations, phase switches
+
+
+EVENT_KEYS = {
+    "weight_step": ("step", "train_reward", "kept", "total", "loss", "harnesses"),
+    "search_iteration": ("iteration", "incumbent", "incumbent_score", "accepted", "candidates", "spent"),
+    "reeval": ("harness", "score", "spent"),
+    "phase_switch": ("from", "to", "phase", "length", "reason"),
+}
+
+
+def per_task_rewards(folder: Path, point: int, split: str) -> dict[str, float]:
     by_task: dict[str, list[float]] = defaultdict(list)
     for r in read_jsonl(folder / "evals" / f"{point:03d}" / f"{split}.jsonl"):
         by_task[r["task_id"]].append(float(r["reward"]))
-    return {t: sum(v) / len(v) for t, v in by_task.items()}
+    return {t: sum(v) / len(v) for t, v in sorted(by_task.items())}
+
+
+def load_run_data(folder: Path, method: str) -> RunData:
+    """Read one finished run folder into a RunData; a run without evaluation points is a ConfigError."""
+    points = read_jsonl(folder / "evals.jsonl")
+    if not points:
+        raise ConfigError(f"{folder}: no evaluation points")
+    for p in points:
+        p["tasks"] = {split: per_task_rewards(folder, p["point"], split) for split in ("val", "test")}
+    events = [
+        {
+            "event": e["event"],
+            **{k: e[k] for k in (*EVENT_KEYS[e["event"]], "unit", "rollouts", "wall_s") if k in e},
+        }
+        for e in read_jsonl(folder / "events.jsonl")
+        if e["event"] in EVENT_KEYS
+    ]
+    seed = int(yaml.safe_load((folder / "config.yaml").read_text())["seed"])
+    return RunData(method, seed, points, read_json(folder / "state.json")["budget"], events)
 
 
 def pooled(per_seed: list[dict[str, float]]) -> dict[str, float]:
@@ -154,21 +195,17 @@ def rollouts_to_fraction(points: list[dict[str, Any]], fraction: float = 0.95) -
     return next(p["rollouts"] for p in points if p["test"]["mean"] >= fraction * best)
 
 
-def method_row(method: str, folders: list[Path]) -> tuple[MethodRow, dict[str, float]]:
+def best_test_point(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The point with the best test mean@k (optimistic: picked on test), the earliest on a tie."""
+    return max(points, key=lambda p: (p["test"]["mean"], -p["point"]))
+
+
+def method_row(method: str, runs: list[RunData]) -> tuple[MethodRow, dict[str, float]]:
     """The row, and the pooled per-task validation-selected test rewards (for paired differences)."""
-    best, selected, to95, budgets = [], [], [], []
-    for folder in folders:
-        points = read_jsonl(folder / "evals.jsonl")
-        if not points:
-            raise ConfigError(f"{folder}: no evaluation points")
-        top = max(points, key=lambda p: p["test"]["mean"])
-        chosen = best_val_point(points)
-        best.append(per_task_rewards(folder, top["point"]))
-        selected.append(per_task_rewards(folder, chosen["point"]))
-        reached = rollouts_to_fraction(points)
-        if reached is not None:
-            to95.append(reached)
-        budgets.append(read_json(folder / "state.json")["budget"])
+    best = [best_test_point(r.points)["tasks"]["test"] for r in runs]
+    selected = [best_val_point(r.points)["tasks"]["test"] for r in runs]
+    to95 = [x for x in (rollouts_to_fraction(r.points) for r in runs) if x is not None]
+    budgets = [r.budget for r in runs]
 
     def mean_of(key: str) -> float:
         return sum(b[key] for b in budgets) / len(budgets)
@@ -176,7 +213,7 @@ def method_row(method: str, folders: list[Path]) -> tuple[MethodRow, dict[str, f
     chosen_tasks = pooled(selected)
     row = MethodRow(
         method=method,
-        seeds=len(folders),
+        seeds=len(runs),
         best_test=_score(pooled(best)),
         selected_test=_score(chosen_tasks),
         vs_reference=None,
@@ -190,17 +227,28 @@ def method_row(method: str, folders: list[Path]) -> tuple[MethodRow, dict[str, f
     return row, chosen_tasks
 
 
-def build_rows(out: Path, methods: list[str], seeds: int) -> list[MethodRow]:
+def build_rows(runs: dict[str, list[RunData]]) -> list[MethodRow]:
+    """One row per method (in the given order); paired differences against the first method."""
     rows, selected = [], {}
-    for method in methods:
-        row, selected[method] = method_row(method, [run_folder(out, method, i) for i in range(seeds)])
+    for method, method_runs in runs.items():
+        row, selected[method] = method_row(method, method_runs)
         rows.append(row)
-    reference = methods[0]
+    reference = rows[0].method
     for row in rows[1:]:
-        ref, mine = selected[reference], selected[row.method]
-        tasks = sorted(ref)
-        row.vs_reference = paired_difference([mine[t] for t in tasks], [ref[t] for t in tasks])
+        row.vs_reference = paired(selected[row.method], selected[reference])
     return rows
+
+
+def paired(mine: dict[str, float], theirs: dict[str, float]) -> PairedDifference:
+    """Mine minus theirs over the same tasks (pooled per-task rewards)."""
+    if sorted(mine) != sorted(theirs):
+        raise ConfigError("the two methods were scored on different test tasks; were the splits changed?")
+    tasks = sorted(mine)
+    return paired_difference([mine[t] for t in tasks], [theirs[t] for t in tasks])
+
+
+def load_comparison(out: Path, methods: list[str], seeds: int) -> dict[str, list[RunData]]:
+    return {m: [load_run_data(run_folder(out, m, i), m) for i in range(seeds)] for m in methods}
 
 
 def _ci(s: Score) -> str:
@@ -244,50 +292,53 @@ def write_outputs(out: Path, rows: list[MethodRow], k: int, seeds: int) -> Table
     return table
 
 
-def plot_curves(out: Path, methods: list[str], seeds: int, k: int) -> Path:
-    """Test mean@k against budget rollouts; dotted verticals mark the phase switches of whale runs."""
+def plot_curves(path: Path, runs: dict[str, list[RunData]], k: int, title: str = "") -> Path:
+    """Test mean@k against budget rollouts, one line per run; dotted verticals mark whale's phase switches."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for index, method in enumerate(methods):
+    for index, (method, method_runs) in enumerate(runs.items()):
         color = f"C{index % 10}"
-        for i in range(seeds):
-            folder = run_folder(out, method, i)
-            points = read_jsonl(folder / "evals.jsonl")
-            xs = [p["rollouts"] for p in points]
-            ys = [p["test"]["mean"] for p in points]
+        for i, run in enumerate(method_runs):
+            xs = [p["rollouts"] for p in run.points]
+            ys = [p["test"]["mean"] for p in run.points]
             ax.plot(xs, ys, marker="o", color=color, label=method if i == 0 else None, alpha=0.9)
             if method.startswith("whale"):
-                for e in read_jsonl(folder / "events.jsonl"):
+                for e in run.events:
                     if e["event"] == "phase_switch":
                         ax.axvline(e["rollouts"], color=color, linestyle=":", alpha=0.4)
     ax.set_xlabel("budget rollouts spent (training + search)")
     ax.set_ylabel(f"test mean@{k}")
-    ax.set_title("test score against rollouts spent (dotted: whale phase switches)")
+    ax.set_title(title or "test score against rollouts spent (dotted: whale phase switches)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path = out / "compare.png"
-    tmp = path.with_name(".compare.png.tmp")
-    fig.savefig(tmp, dpi=120, format="png")
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, dpi=120, format="png", metadata={"Software": None})
     plt.close(fig)
     tmp.replace(path)
     return path
 
 
-def compare(base: Config, methods: list[str], seeds: int, out: Path, console: Console) -> list[MethodRow]:
-    """Run (or reuse) every method and seed, then write the table and the plot."""
+def run_all(base: Config, methods: list[str], seeds: int, out: Path, console: Console) -> None:
+    """Run, resume or reuse every method and seed."""
     if seeds < 1:
         raise ConfigError("--seeds must be at least 1")
     # seed-major: an interrupted comparison already holds every method for its first seeds
     configs = [(m, i, method_config(base, m, i)) for i in range(seeds) for m in methods]
     for method, i, cfg in configs:
         ensure_run(cfg, run_folder(out, method, i), console)
-    rows = build_rows(out, methods, seeds)
+
+
+def compare(base: Config, methods: list[str], seeds: int, out: Path, console: Console) -> list[MethodRow]:
+    """Run (or reuse) every method and seed, then write the table and the plot."""
+    run_all(base, methods, seeds, out, console)
+    runs = load_comparison(out, methods, seeds)
+    rows = build_rows(runs)
     console.print(write_outputs(out, rows, base.eval.k, seeds))
-    plot = plot_curves(out, methods, seeds, base.eval.k)
+    plot = plot_curves(out / "compare.png", runs, base.eval.k)
     console.print(f"written to {out}/ (compare.md, compare.json, {plot.name}, one run folder per method)")
     return rows

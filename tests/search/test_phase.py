@@ -155,9 +155,7 @@ def test_summarize_averages_per_task_first():
     assert ev.per_task == {"a": 1.0, "b": 0.0} and ev.mean == 0.5 and ev.errors == 1
 
 
-def test_population_iteration_keeps_the_top_members_and_records_who_was_dropped(
-    tmp_path, runner, add_domain
-):
+def test_population_iteration_keeps_the_top_members_and_records_who_was_dropped(tmp_path, runner, add_domain):
     archive = Archive(tmp_path / "search")
     seed = HarnessCandidate("c0000", WRONG, None, "seed", "seed")
     archive.add(seed, status="seed")

@@ -122,8 +122,12 @@ class Archive:
             {
                 "weights_version": weights_version,
                 "candidates": [
-                    {"id": e.candidate_id, "mean": e.mean, "tokens_per_rollout": e.tokens_per_rollout,
-                     "calls_per_rollout": e.calls_per_rollout}
+                    {
+                        "id": e.candidate_id,
+                        "mean": e.mean,
+                        "tokens_per_rollout": e.tokens_per_rollout,
+                        "calls_per_rollout": e.calls_per_rollout,
+                    }
                     for e in front
                 ],  # fmt: skip
             },

@@ -1,0 +1,187 @@
+"""`whale results`: summaries, the claims' arithmetic, and docs/results.md regenerated from the summaries."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tests.test_cli import assert_user_error, whale
+from whale.compare import RunData, build_rows
+from whale.metrics import PairedDifference
+from whale.results import (
+    PAPER_MIN_GAIN,
+    SIX,
+    STUDIES,
+    Study,
+    StudySummary,
+    claim_a,
+    claim_b,
+    claim_c,
+    claim_d,
+    gain_verdict,
+    load_summary,
+    mean_curve,
+    render,
+    run_study,
+    search_acceptance,
+)
+from whale.store import read_json
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+TASKS = ("t0", "t1", "t2", "t3", "t4")
+
+
+def fake_run(method: str, curve: list[tuple[int, float]], events: list[dict[str, Any]] = ()) -> RunData:
+    """A run whose every task scores the curve's value at each point (so paired CIs are exact)."""
+    points = []
+    for i, (rollouts, mean) in enumerate(curve):
+        score = {"mean": mean, "ci_low": mean, "ci_high": mean}
+        tasks = {t: mean for t in TASKS}
+        points.append(
+            {
+                "point": i,
+                "rollouts": rollouts,
+                "val": score,
+                "test": score,
+                "tasks": {"val": tasks, "test": tasks},
+            }
+        )
+    budget = {"train_rollouts": curve[-1][0], "search_rollouts": 0, "eval_rollouts": 0, "wall_s": 1.0}
+    return RunData(method, 0, points, budget, list(events))
+
+
+def study(name: str, curves: dict[str, list[tuple[int, float]]], events: dict[str, list] | None = None):
+    runs = {m: [fake_run(m, c, (events or {}).get(m, []))] for m, c in curves.items()}
+    meta = {"k": 8, "methods": list(curves), "preset": "x", "overrides": [], "domain": name, "seeds": 1}
+    return StudySummary(Study(name, name, "x", tuple(curves)), meta, runs)
+
+
+def step(rollouts: int) -> dict[str, Any]:
+    return {"event": "weight_step", "total": 64, "rollouts": rollouts}
+
+
+def search(rollouts: int, accepted: bool) -> dict[str, Any]:
+    return {"event": "search_iteration", "accepted": accepted, "spent": 64, "rollouts": rollouts}
+
+
+def test_gain_verdict_reads_the_confidence_interval():
+    d = lambda lo, hi: PairedDifference((lo + hi) / 2, lo, hi, 5)  # noqa: E731
+    assert gain_verdict(d(0.05, 0.09), PAPER_MIN_GAIN) == "reproduced"
+    assert gain_verdict(d(0.01, 0.09), PAPER_MIN_GAIN).startswith("reproduced in direction")
+    assert gain_verdict(d(-0.03, -0.01)) == "not reproduced"
+    assert (
+        gain_verdict(d(-0.02, 0.03), PAPER_MIN_GAIN) == "not reproduced"
+    )  # excludes the paper's 4.15 points
+    assert gain_verdict(d(-0.02, 0.09), PAPER_MIN_GAIN) == "inconclusive"
+
+
+def test_search_acceptance_splits_iterations_at_the_first_weight_step():
+    runs = [fake_run("w", [(0, 0.0)], [search(64, True), search(128, False), step(192), search(256, True)])]
+    assert search_acceptance(runs, after_weights=False) == (1, 2)
+    assert search_acceptance(runs, after_weights=True) == (1, 1)
+
+
+def test_mean_curve_averages_seeds_point_by_point():
+    runs = [fake_run("w", [(0, 0.1), (100, 0.3)]), fake_run("w", [(0, 0.3), (120, 0.5), (200, 0.9)])]
+    assert [x for point in mean_curve(runs) for x in point] == pytest.approx([0, 0.2, 110, 0.4])
+
+
+def curves(whale: float, others: float) -> dict[str, list[tuple[int, float]]]:
+    out = {m: [(0, 0.1), (300, others), (600, others)] for m in SIX}
+    out["whale"] = [(0, 0.1), (300, whale), (600, whale)]
+    return out
+
+
+def test_claims_a_and_d_follow_the_paired_differences():
+    better = study("math", curves(whale=0.5, others=0.2))
+    assert claim_a([better]).verdict == "reproduced"
+    assert claim_d([better]).verdict == "reproduced"
+    worse = study("math", curves(whale=0.2, others=0.3))
+    assert claim_a([worse]).verdict == "not reproduced"
+    assert claim_d([worse]).verdict == "not reproduced"
+    assert "whale - weight-only best mean@8 +30.0 pts" in claim_a([better]).measured[0]
+
+
+def test_claim_b_compares_rollouts_to_weight_only_peak():
+    fast = {
+        "weight-only": [(0, 0.1), (300, 0.2), (600, 0.4)],
+        "harness-only": [(0, 0.1), (300, 0.4), (600, 0.4)],
+    }
+    assert claim_b(study("searchqa", fast)).verdict == "reproduced"
+    slow = {**fast, "harness-only": [(0, 0.1), (300, 0.2), (600, 0.3)]}
+    claim = claim_b(study("searchqa", slow))
+    assert claim.verdict == "not reproduced" and "never reaches it" in claim.measured[0]
+    assert claim_b(None).verdict == "not run"
+
+
+def test_claim_c_contrasts_search_before_and_after_weight_updates():
+    flat = curves(whale=0.3, others=0.1)
+    events = {"harness-only": [search(64, False)] * 3, "whale": [step(64), search(128, True)]}
+    assert claim_c(study("math", flat, events)).verdict == "reproduced"
+    helped = {**flat, "harness-only": [(0, 0.1), (300, 0.3), (600, 0.4)]}
+    events["harness-only"] = [search(64, True)]
+    assert claim_c(study("math", helped, events)).verdict == "not reproduced"
+    events = {"harness-only": [search(64, False)], "whale": [step(64), search(128, False)]}
+    assert claim_c(study("math", flat, events)).verdict == "inconclusive"
+
+
+def test_committed_results_md_is_what_the_committed_summaries_render(tmp_path):
+    """docs/results.md must be regenerated whenever a summary changes (no hand edits)."""
+    docs = tmp_path / "docs"
+    (docs / "results").mkdir(parents=True)
+    if (DOCS / "results").is_dir():
+        shutil.copytree(DOCS / "results", docs / "results", dirs_exist_ok=True)
+    for png in (docs / "results").glob("*.png"):
+        png.unlink()
+    rendered = render(docs, docs / "results" / "discussion.md").read_text()
+    assert rendered == (DOCS / "results.md").read_text()
+    for png in (docs / "results").glob("*.png"):
+        assert (DOCS / "results" / png.name).is_file(), f"docs/results/{png.name} is not committed"
+    for s in STUDIES:
+        summary = load_summary(DOCS, s)
+        if summary is not None:  # every run of a summary spent the study's budget
+            assert all(
+                r.budget["train_rollouts"] + r.budget["search_rollouts"] >= summary.meta["budget_rollouts"]
+                for rs in summary.runs.values()
+                for r in rs
+            )
+
+
+@pytest.mark.slow
+def test_a_study_is_summarized_and_rendered_from_its_run_folders(compared, tmp_path):
+    out, _ = compared  # the six methods on the tiny preset, one seed
+    tiny = Study(
+        "math", "Math (tiny)", "tiny", SIX, seeds=1, overrides=("domain.name=math",), folder=out.name
+    )
+    docs = tmp_path / "docs"
+    console = Console(record=True, width=200)
+    path = run_study(tiny, out.parent, docs, console)
+    assert console.export_text().count("finished run reused") == 6  # nothing re-run
+    summary = load_summary(docs, tiny)
+    table = read_json(out / "compare.json")
+    rows = build_rows(summary.runs)
+    for mine, theirs in zip(rows, table["rows"], strict=True):
+        assert mine.best_test.mean == theirs["best_test"]["mean"]
+        assert mine.selected_test.mean == theirs["selected_test"]["mean"]
+        assert mine.rollouts == theirs["rollouts"]
+    assert path.stat().st_size < 200_000  # a summary, not the traces
+    text = render(docs).read_text()
+    assert "## The paper's claims" in text and "| a |" in text and "| e |" in text
+    assert (docs / "results" / "math.png").read_bytes()[:4] == b"\x89PNG"
+    assert "## Multi-hop search QA\n\nNot run yet" in text
+    assert "Bottleneck view (math)" in text
+
+
+def test_results_command_refuses_an_unknown_study_in_one_line(tmp_path):
+    assert_user_error(whale("results", "--study", "nope", "--docs", str(tmp_path)), "unknown study 'nope'")
+
+
+def test_results_render_only_writes_the_document_without_runs(tmp_path):
+    proc = whale("results", "--render-only", "--docs", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "results.md").read_text()
+    assert text.count("Not run yet") >= 3 and "| a |" in text
