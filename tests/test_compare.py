@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from tests.test_cli import assert_user_error, check_complete_run, run_in_background, whale
-from whale.compare import parse_methods, pooled, rollouts_to_fraction
-from whale.config import ConfigError
+from whale.compare import method_config, parse_methods, pooled, rollouts_to_fraction
+from whale.config import ConfigError, load_config
+from whale.experiment import Experiment
 from whale.store import read_json, read_jsonl
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -82,6 +83,17 @@ def test_compare_runs_every_method_on_one_budget_and_writes_table_and_plot(compa
             assert any(set(s["harnesses"]) - {"c0000"} for s in steps)  # weights trained under the population
         if row["method"] != "whale":
             assert row["vs_reference"] is not None
+    # the start evaluation is computed once (by the first method) and lent to the others of the seed
+    lender = out / "whale" / "seed0"
+    for method in SIX.split(",")[1:]:
+        first = read_jsonl(out / method / "seed0" / "evals.jsonl")[0]
+        assert first["reused_from"] == str(lender) and first["label"] == "start"
+        for split in ("val", "test"):
+            copied = out / method / "seed0" / "evals" / "000" / f"{split}.jsonl"
+            assert copied.read_bytes() == (lender / "evals" / "000" / f"{split}.jsonl").read_bytes()
+    assert "reused_from" not in read_jsonl(lender / "evals.jsonl")[0]
+    eval_costs = {r["method"]: r["eval_rollouts"] for r in table["rows"]}
+    assert eval_costs["whale"] == eval_costs["whale-adaptive"]  # the lent evaluation is charged as usual
     # whale-adaptive logs the signal values behind each switch
     adaptive = [
         e for e in read_jsonl(out / "whale-adaptive/seed0/events.jsonl") if e["event"] == "phase_switch"
@@ -105,6 +117,17 @@ def test_compare_reuses_finished_runs_and_refuses_a_changed_config(compared):
     assert {m: os.stat(f"{out}/{m}/seed0/state.json").st_mtime_ns for m in SIX.split(",")} == stamps
     changed = whale("compare", "--methods", "whale", "--preset", "tiny", "--set", "rft.k=3", "--out", out)
     assert_user_error(changed, "holds a run with a different config (rft.k)")
+
+
+@pytest.mark.slow
+def test_a_start_evaluation_is_lent_only_to_a_run_it_would_equal(compared, tmp_path):
+    lender = compared[0] / "whale" / "seed0"
+    base = load_config("tiny", None, ["domain=math"])
+    same = method_config(base, "weight-only+grpo", 0)  # schedule and algorithm differ: the start does not
+    assert Experiment(same, tmp_path / "a", start_eval_from=[lender]).start_eval_source() == lender
+    for change in ("eval.k=3", "sampling.temperature=0.5", "seed=1"):
+        other = load_config("tiny", None, ["domain=math", change])
+        assert Experiment(other, tmp_path / change, start_eval_from=[lender]).start_eval_source() is None
 
 
 COUNTS = ("unit", "weight_steps", "search_iters", "eval_points", "incumbent", "finished")

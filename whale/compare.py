@@ -9,6 +9,9 @@
 A method is a schedule (`whale`, `weight-only`, ...) optionally followed by `+<algorithm>` to set
 `weights.algorithm` (`whale+dpo`, `weight-only+grpo`); without it the base config's algorithm is used.
 
+The start evaluation (base weights, seed harness) is computed by the first run of each seed and lent to
+the others, which would only repeat it (see Experiment.start_eval_source).
+
 Scores are pooled over seeds per task (tasks are the resampling unit of every interval), so a method's
 row and its paired difference against the reference method (the first one listed) use the same tasks.
 """
@@ -103,8 +106,8 @@ def differing_keys(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> li
     return keys
 
 
-def ensure_run(cfg: Config, folder: Path, console: Console) -> None:
-    """Run, resume or reuse the method's run in `folder`."""
+def ensure_run(cfg: Config, folder: Path, console: Console, siblings: list[Path] = ()) -> None:
+    """Run, resume or reuse the method's run in `folder`; `siblings` may lend their start evaluation."""
     from whale.experiment import Experiment
 
     if (folder / "state.json").exists():
@@ -120,10 +123,10 @@ def ensure_run(cfg: Config, folder: Path, console: Console) -> None:
             )
             return
         console.print(f"[bold]{folder.parent.name}[/bold] seed {cfg.seed}: resuming {folder}")
-        Experiment(cfg, folder, console, resume=True).run()
+        Experiment(cfg, folder, console, resume=True, start_eval_from=siblings).run()
         return
     console.print(f"[bold]{folder.parent.name}[/bold] seed {cfg.seed}: running into {folder}")
-    Experiment(cfg, folder, console).run()
+    Experiment(cfg, folder, console, start_eval_from=siblings).run()
 
 
 @dataclass
@@ -323,14 +326,20 @@ def plot_curves(path: Path, runs: dict[str, list[RunData]], k: int, title: str =
     return path
 
 
-def run_all(base: Config, methods: list[str], seeds: int, out: Path, console: Console) -> None:
-    """Run, resume or reuse every method and seed."""
+def run_all(
+    base: Config, methods: list[str], seeds: int, out: Path, console: Console, lenders: list[Path] = ()
+) -> None:
+    """Run, resume or reuse every method and seed. Runs of one seed share their start evaluation (the
+    base weights under the seed harness), also with the runs of other comparison folders in `lenders`."""
     if seeds < 1:
         raise ConfigError("--seeds must be at least 1")
     # seed-major: an interrupted comparison already holds every method for its first seeds
     configs = [(m, i, method_config(base, m, i)) for i in range(seeds) for m in methods]
     for method, i, cfg in configs:
-        ensure_run(cfg, run_folder(out, method, i), console)
+        siblings = [run_folder(out, m, i) for m in methods] + [
+            d / f"seed{i}" for folder in (out, *lenders) if folder.is_dir() for d in sorted(folder.iterdir())
+        ]  # this comparison's methods first, in order: the first method's run lends to all the others
+        ensure_run(cfg, run_folder(out, method, i), console, siblings)
 
 
 def compare(base: Config, methods: list[str], seeds: int, out: Path, console: Console) -> list[MethodRow]:

@@ -32,7 +32,7 @@ import yaml
 from rich.console import Console
 
 from whale.budget import Budget
-from whale.config import Config, ConfigError
+from whale.config import Config, ConfigError, config_from_dict
 from whale.domains.registry import build_domain
 from whale.executor import build_executor
 from whale.harness import validate
@@ -99,8 +99,16 @@ class RunState:
 
 
 class Experiment:
-    def __init__(self, cfg: Config, out: Path, console: Console | None = None, resume: bool = False):
+    def __init__(
+        self,
+        cfg: Config,
+        out: Path,
+        console: Console | None = None,
+        resume: bool = False,
+        start_eval_from: list[Path] = (),
+    ):
         self.cfg = cfg
+        self.start_eval_from = list(start_eval_from)  # sibling runs that may lend their point 0
         self.out = out
         self.console = console or Console()
         if resume and (out / "state.json").exists():
@@ -244,7 +252,11 @@ class Experiment:
     def run(self) -> dict[str, Any]:
         st, every = self.state, self.cfg.eval.every_rollouts
         if st.eval_points == 0:
-            self._evaluate("start")
+            source = self.start_eval_source()
+            if source is None:
+                self._evaluate("start")
+            else:
+                self._copy_start_eval(source)
             self._commit(weights_changed=False, boundary=True)
         if self.runner.sandbox_problems and not st.finished:
             self._event({"event": "sandbox_warning", "problems": self.runner.sandbox_problems})
@@ -515,6 +527,48 @@ class Experiment:
         self.console.print(f"  population iteration {st.search_iters}: {members}")
         return best.mean, changed
 
+    def start_eval_source(self) -> Path | None:
+        """The first sibling run whose committed start evaluation this run would repeat: same config but
+        for the schedule and the weight algorithm (so the same base weights, seed harness, tasks and per-call
+        seeds). A comparison evaluates point 0 once per seed instead of once per method."""
+        mine = start_eval_key(self.cfg)
+        seed_source = self.archive.load("c0000").source
+        for folder in self.start_eval_from:
+            state, config = folder / "state.json", folder / "config.yaml"
+            if folder.resolve() == self.out.resolve() or not state.is_file() or not config.is_file():
+                continue
+            if read_json(state).get("eval_points", 0) < 1:
+                continue
+            theirs = config_from_dict(yaml.safe_load(config.read_text()), str(config))
+            harness = folder / "search" / "candidates" / "c0000" / "harness.py"
+            if start_eval_key(theirs) == mine and harness.is_file() and harness.read_text() == seed_source:
+                return folder
+        return None
+
+    def _copy_start_eval(self, source: Path) -> None:
+        """Point 0 from `source`: its rollouts and scores, charged to this run's evaluation cost."""
+        st = self.state
+        record = dict(read_jsonl(source / "evals.jsonl")[0])
+        folder = self.out / "evals" / "000"
+        for split in ("val", "test"):
+            rows = read_jsonl(source / "evals" / "000" / f"{split}.jsonl")
+            (folder / f"{split}.jsonl").unlink(missing_ok=True)
+            append_jsonl(folder / f"{split}.jsonl", rows)
+            self._charge([Rollout.from_json(r) for r in rows], "eval")
+        b = self.budget
+        record.update(
+            phase=ScheduleState(**st.schedule).kind, weights=self.runner.weights_version, checkpoint=None,
+            harness="c0000", reused_from=str(source), rollouts=b.rollouts, wall_s=round(b.wall_s, 2),
+        )  # fmt: skip
+        append_jsonl(self.out / "evals.jsonl", [record])
+        self.tracker.log(record, b.rollouts)
+        st.eval_points += 1
+        v, t, k = record["val"], record["test"], self.cfg.eval.k
+        self.console.print(
+            f"[bold]eval 0[/bold] (start, the same as {source}): val mean@{k} {v['mean']:.3f}  "
+            f"test mean@{k} {t['mean']:.3f}"
+        )
+
     def _evaluate(self, label: str, weights_pending: bool = False) -> None:
         """Score the incumbent on val and test. The record names the checkpoint folder holding the weights
         evaluated (None: the base model; `weights_pending`: they are saved when this unit commits), so
@@ -551,6 +605,16 @@ class Experiment:
 
     def summary(self) -> dict[str, Any]:
         return summarize_run(self.out)
+
+
+def start_eval_key(cfg: Config) -> dict[str, Any]:
+    """Everything that decides a run's start evaluation: the config without the schedule and the weight
+    algorithm (what `whale compare` varies between methods); checkpoints and tracking do not score."""
+    data = cfg.model_dump()
+    for key in ("schedule", "checkpoints", "tracking"):
+        data.pop(key, None)
+    data["weights"].pop("algorithm", None)
+    return data
 
 
 @dataclass

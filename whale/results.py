@@ -103,7 +103,8 @@ def run_study(study: Study, runs: Path, docs: Path, console: Console) -> Path:
     """Run (or reuse) the study's comparison, then write its summary; returns the summary's path."""
     cfg = load_config(study.preset, None, list(study.overrides))
     out = runs / study.runs_folder
-    run_all(cfg, list(study.methods), study.seeds, out, console)
+    lenders = [runs / s.runs_folder for s in STUDIES if s.preset == study.preset]
+    run_all(cfg, list(study.methods), study.seeds, out, console, lenders)
     data = load_comparison(out, list(study.methods), study.seeds)
     summary = {
         "study": study.name,
