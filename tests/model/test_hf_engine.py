@@ -133,7 +133,7 @@ def test_seeded_request_samples_the_same_alone_or_in_any_batch(engine):
             if r.seed is not None:
                 assert g.completion_ids == alone[r.seed - 100], (batch_seed, r.seed)
     # the seed does matter: other seeds give other samples for the same prompt
-    others = [engine.generate([GenerationRequest(PROMPTS[1], params, seed=s)], seed=0)[0] for s in range(4)]
+    others = [engine.generate([GenerationRequest(PROMPTS[1], params, seed=s)], seed=0)[0] for s in range(8)]
     assert len({tuple(g.completion_ids) for g in others} | {tuple(alone[1])}) >= 4
 
 
@@ -185,6 +185,29 @@ def test_sample_next_top_k_and_top_p_restrict_the_support():
     assert set(free.tolist()) == {0, 1, 2, 3}
     share = (free == 0).float().mean().item()
     assert 0.46 < share < 0.54
+
+
+def test_rows_with_their_own_generator_draw_the_right_distribution_independently_of_the_batch():
+    probs = torch.tensor([0.5, 0.3, 0.0, 0.15, 0.05])
+    logits = probs.log().repeat(4000, 1)
+    params = SamplingParams(temperature=1.0)
+    gens = [torch.Generator().manual_seed(i) for i in range(4000)]
+    drawn = sample_next(logits, params, torch.Generator(), gens)
+    assert 2 not in drawn.tolist()  # a zero-probability token is never drawn
+    for token, p in enumerate(probs.tolist()):
+        assert abs((drawn == token).float().mean().item() - p) < 0.025, token
+    # a row's token depends on its own generator only, not on the rows batched with it
+    alone = [
+        sample_next(logits[:1], params, torch.Generator(), [torch.Generator().manual_seed(i)])
+        for i in range(8)
+    ]
+    mixed = sample_next(
+        logits[:8], params, torch.Generator(), [torch.Generator().manual_seed(i) for i in range(8)]
+    )
+    assert torch.cat(alone).tolist() == mixed.tolist()
+    half = [torch.Generator().manual_seed(i) if i % 2 else None for i in range(8)]
+    partly = sample_next(logits[:8], params, torch.Generator().manual_seed(99), half)
+    assert partly[1::2].tolist() == mixed[1::2].tolist()
 
 
 def test_greedy_matches_transformers_generate_with_a_shared_prefix(engine):

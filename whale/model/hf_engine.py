@@ -66,10 +66,20 @@ def sample_next(
     out = torch.empty(len(probs), dtype=torch.long)
     if shared:
         out[shared] = torch.multinomial(probs[shared], 1, generator=gen).squeeze(-1)
-    for pos, g in enumerate(row_gens):
-        if g is not None:
-            out[pos] = torch.multinomial(probs[pos], 1, generator=g)[0]
+    own = [pos for pos, g in enumerate(row_gens) if g is not None]
+    if own:
+        out[own] = inverse_cdf_draw(probs[own], [row_gens[pos] for pos in own])
     return out
+
+
+def inverse_cdf_draw(probs: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
+    """One token per row from one uniform of that row's generator (so no row depends on another), found
+    in the row's cumulative distribution. One batched cumsum instead of a multinomial per row: at 128
+    rows over a 49k vocabulary the per-row loop was a fifth of a decode step."""
+    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in gens])
+    cdf = probs.double().cumsum(-1)
+    picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
+    return picked.clamp_(max=probs.shape[-1] - 1)
 
 
 class HFEngine:
