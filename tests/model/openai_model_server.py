@@ -30,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere: `whale` is importable
 
+from tests.search.openai_server import reply  # noqa: E402
 from whale.model.engine import GenerationRequest, SamplingParams  # noqa: E402
 from whale.model.hf_engine import HFEngine  # noqa: E402
 from whale.model.loading import load_model  # noqa: E402
@@ -156,15 +157,7 @@ def make_handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                     server.in_flight -= 1
 
         def send(self, status: int, payload: Any) -> None:
-            data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:  # the client gave up (a timeout test)
-                pass
+            reply(self, status, payload if isinstance(payload, str) else json.dumps(payload))
 
         def log_message(self, *args: Any) -> None:
             pass

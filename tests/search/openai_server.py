@@ -61,15 +61,7 @@ class ScriptedOpenAI:
                     time.sleep(step)
                     step = server.next_step()
                 status, payload = (200, json.dumps(step)) if isinstance(step, dict) else step
-                data = payload.encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:  # the client gave up (a timeout test)
-                    pass
+                reply(self, status, payload)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -90,3 +82,16 @@ class ScriptedOpenAI:
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def reply(handler: BaseHTTPRequestHandler, status: int, text: str) -> None:
+    """Send a JSON body; a client that gave up (a timeout test) is not an error of the server."""
+    data = text.encode()
+    try:
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+    except OSError:
+        pass
