@@ -28,6 +28,7 @@ from whale.results import (
     render,
     run_study,
     search_acceptance,
+    unchanged_challengers,
 )
 from whale.store import read_json
 
@@ -83,6 +84,24 @@ def test_search_acceptance_splits_iterations_at_the_first_weight_step():
     runs = [fake_run("w", [(0, 0.0)], [search(64, True), search(128, False), step(192), search(256, True)])]
     assert search_acceptance(runs, after_weights=False) == (1, 2)
     assert search_acceptance(runs, after_weights=True) == (1, 1)
+
+
+def test_challengers_tied_with_the_incumbent_are_counted_but_not_a_newly_accepted_incumbent():
+    events = [
+        {
+            "event": "search_iteration",
+            "incumbent": "c0",
+            "incumbent_score": 0.25,
+            "candidates": {"c1": 0.25, "c2": 0.5},
+        },
+        {
+            "event": "search_iteration",
+            "incumbent": "c3",
+            "incumbent_score": 0.5,
+            "candidates": {"c3": 0.5, "c4": 0.5},
+        },
+    ]
+    assert unchanged_challengers([fake_run("w", [(0, 0.0)], events)]) == (2, 3)
 
 
 def test_mean_curve_averages_seeds_point_by_point():

@@ -196,6 +196,21 @@ def search_acceptance(runs: list[RunData], after_weights: bool) -> tuple[int, in
     return accepted, total
 
 
+def unchanged_challengers(runs: list[RunData]) -> tuple[int, int]:
+    """(challengers that scored exactly the incumbent's search score, challengers scored): with common
+    random numbers an exact tie almost always means the edit changed nothing the model saw."""
+    same = total = 0
+    for r in runs:
+        for e in r.events:
+            if e["event"] != "search_iteration" or e.get("incumbent_score") is None:
+                continue
+            for candidate, score in (e.get("candidates") or {}).items():
+                if candidate != e.get("incumbent"):
+                    total += 1
+                    same += abs(score - e["incumbent_score"]) < 1e-12
+    return same, total
+
+
 def attributed_rates(runs: list[RunData]) -> dict[str, float | None]:
     """Test gain per 1,000 rollouts attributed to weight and harness phases, over all seeds' intervals."""
     intervals = [i for r in runs for i in attribute_gains(r.points, r.events)]
@@ -412,18 +427,22 @@ def section_bottleneck(s: StudySummary) -> list[str]:
         before, before_n = search_acceptance(runs, after_weights=False)
         after, after_n = search_acceptance(runs, after_weights=True)
         rates = attributed_rates(runs)
+        same, scored = unchanged_challengers(runs)
         rows.append(
             [
                 method,
                 f"{before}/{before_n}" if before_n else "-",
                 f"{after}/{after_n}" if after_n else "-",
+                f"{same}/{scored}" if scored else "-",
                 "-" if rates[WEIGHTS] is None else f"{rates[WEIGHTS]:+.4f}",
                 "-" if rates[HARNESS] is None else f"{rates[HARNESS]:+.4f}",
             ]
         )
     return [
         f"Bottleneck view ({s.study.name}): challengers accepted by the paired test on the search split, "
-        "over search iterations run before any weight update and after at least one; and the test mean "
+        "over search iterations run before any weight update and after at least one; challengers whose "
+        "search score equals the incumbent's exactly (with common random numbers, almost always an edit "
+        "that changed nothing the model saw); and the test mean "
         "change per 1,000 rollouts attributed to weight and harness phases (split by rollout share between "
         "consecutive evaluation points, all seeds; an attribution, not an ablation).",
         "",
@@ -432,6 +451,7 @@ def section_bottleneck(s: StudySummary) -> list[str]:
                 "method",
                 "accepted before weights",
                 "accepted after weights",
+                "challengers tied with the incumbent",
                 "weights gain / 1k",
                 "harness gain / 1k",
             ],
