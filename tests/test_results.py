@@ -22,6 +22,7 @@ from whale.results import (
     claim_b,
     claim_c,
     claim_d,
+    fisher_greater,
     gain_verdict,
     load_summary,
     mean_curve,
@@ -137,10 +138,23 @@ def test_claim_b_compares_rollouts_to_weight_only_peak():
     assert claim_b(None).verdict == "not run"
 
 
+def test_fisher_exact_tail_matches_hand_computed_values():
+    # 3 of 3 successes in the first of two groups of 3: 1 / C(6, 3)
+    assert fisher_greater(3, 3, 0, 3) == pytest.approx(1 / 20)
+    assert fisher_greater(0, 3, 3, 3) == 1.0
+    # 2 successes in group one of 4 and 0 in group two of 4: C(2,2) C(6,2) / C(8,4) = 15/70
+    assert fisher_greater(2, 4, 0, 4) == pytest.approx(15 / 70)
+    assert fisher_greater(1, 5, 0, 0) == 1.0
+
+
 def test_claim_c_contrasts_search_before_and_after_weight_updates():
     flat = curves(whale=0.3, others=0.1)
-    events = {"harness-only": [search(64, False)] * 3, "whale": [step(64), search(128, True)]}
-    assert claim_c(study("math", flat, events)).verdict == "reproduced"
+    after = [step(64)] + [search(128, True)] * 4
+    events = {"harness-only": [search(64, False)] * 4, "whale": after}
+    claim = claim_c(study("math", flat, events))
+    assert claim.verdict == "reproduced" and "4/4 search iterations accepted" in claim.measured[1]
+    events["whale"] = [step(64), search(128, True), search(192, False)]  # 1/2 after vs 0/4 before
+    assert claim_c(study("math", flat, events)).verdict == "inconclusive"
     helped = {**flat, "harness-only": [(0, 0.1), (300, 0.3), (600, 0.4)]}
     events["harness-only"] = [search(64, True)]
     assert claim_c(study("math", helped, events)).verdict == "not reproduced"

@@ -13,6 +13,7 @@ without the run folders. A study whose summary is missing is listed as not run.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -292,20 +293,42 @@ def claim_b(s: StudySummary | None) -> Claim:
     return Claim("b", paper, [line], verdict)
 
 
+def fisher_greater(a: int, n: int, b: int, m: int) -> float:
+    """One-sided Fisher exact test: P(at least `a` of the a+b successes fall in the first group of n),
+    groups of n and m trials. Small p: successes are more frequent in the first group."""
+    total, k = n + m, a + b
+    if n == 0 or m == 0:
+        return 1.0
+    tail = sum(math.comb(k, x) * math.comb(total - k, n - x) for x in range(a, min(k, n) + 1))
+    return tail / math.comb(total, n)
+
+
+AFTER_WEIGHTS = (
+    "whale",
+    "whale-adaptive",
+    "stagewise",
+)  # harness phases after weight steps, paired acceptance
+
+
 def claim_c(s: StudySummary | None) -> Claim:
     paper = "math: harness search helps only after a weight update"
     if s is None:
         return Claim("c", paper, ["math study not run"], "not run")
     before, before_n = search_acceptance(s.runs["harness-only"], after_weights=False)
-    after, after_n = search_acceptance(s.runs["whale"], after_weights=True)
+    later = [m for m in AFTER_WEIGHTS if m in s.runs]
+    counts = [search_acceptance(s.runs[m], after_weights=True) for m in later]
+    after, after_n = sum(a for a, _ in counts), sum(n for _, n in counts)
     start_end = paired(pooled_at(s.runs["harness-only"], "last"), pooled_at(s.runs["harness-only"], "first"))
     measured = [
         f"before any weight update (harness-only): {before}/{before_n} search iterations accepted a "
         f"challenger; test at the end - at the start {pts(start_end)}",
-        f"after a weight update (whale): {after}/{after_n} search iterations accepted a challenger",
+        f"after a weight update ({', '.join(later)}): {after}/{after_n} search iterations accepted a "
+        f"challenger (" + ", ".join(f"{m} {a}/{n}" for m, (a, n) in zip(later, counts, strict=True)) + ")",
     ]
+    p = fisher_greater(after, after_n, before, before_n)
+    measured.append(f"acceptance more frequent after than before: one-sided Fisher exact p = {p:.3f}")
     helped_before = before > 0 and start_end.ci_low > 0
-    if after > 0 and not helped_before:
+    if p < 0.05 and not helped_before:
         verdict = "reproduced"
     elif helped_before:
         verdict = "not reproduced"
