@@ -295,8 +295,21 @@ def write_outputs(out: Path, rows: list[MethodRow], k: int, seeds: int) -> Table
     return table
 
 
+def mean_curve(runs: list[RunData]) -> list[tuple[float, float]]:
+    """(rollouts, test mean@k) averaged over seeds point by point (every method shares one cadence)."""
+    n = min(len(r.points) for r in runs)
+    return [
+        (
+            sum(r.points[i]["rollouts"] for r in runs) / len(runs),
+            sum(r.points[i]["test"]["mean"] for r in runs) / len(runs),
+        )
+        for i in range(n)
+    ]
+
+
 def plot_curves(path: Path, runs: dict[str, list[RunData]], k: int, title: str = "") -> Path:
-    """Test mean@k against budget rollouts, one line per run; dotted verticals mark whale's phase switches."""
+    """Test mean@k against budget rollouts: the mean over seeds per method, each seed faint behind it;
+    dotted verticals mark whale's phase switches."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -305,14 +318,16 @@ def plot_curves(path: Path, runs: dict[str, list[RunData]], k: int, title: str =
     fig, ax = plt.subplots(figsize=(8, 5))
     for index, (method, method_runs) in enumerate(runs.items()):
         color = f"C{index % 10}"
-        for i, run in enumerate(method_runs):
+        for run in method_runs:
             xs = [p["rollouts"] for p in run.points]
-            ys = [p["test"]["mean"] for p in run.points]
-            ax.plot(xs, ys, marker="o", color=color, label=method if i == 0 else None, alpha=0.9)
+            ax.plot(xs, [p["test"]["mean"] for p in run.points], color=color, alpha=0.25, linewidth=1)
             if method.startswith("whale"):
                 for e in run.events:
                     if e["event"] == "phase_switch":
-                        ax.axvline(e["rollouts"], color=color, linestyle=":", alpha=0.4)
+                        ax.axvline(e["rollouts"], color=color, linestyle=":", alpha=0.25)
+        curve = mean_curve(method_runs)
+        label = f"{method} (mean of {len(method_runs)})" if len(method_runs) > 1 else method
+        ax.plot(*zip(*curve, strict=True), marker="o", color=color, linewidth=2, label=label)
     ax.set_xlabel("budget rollouts spent (training + search)")
     ax.set_ylabel(f"test mean@{k}")
     ax.set_title(title or "test score against rollouts spent (dotted: whale phase switches)")

@@ -27,6 +27,7 @@ from whale.compare import (
     build_rows,
     headers,
     load_comparison,
+    mean_curve,
     paired,
     plot_curves,
     pooled,
@@ -164,18 +165,6 @@ def pooled_at(runs: list[RunData], pick: str) -> dict[str, float]:
 
 def diff(s: StudySummary, mine: str, theirs: str, pick: str = "best") -> PairedDifference:
     return paired(pooled_at(s.runs[mine], pick), pooled_at(s.runs[theirs], pick))
-
-
-def mean_curve(runs: list[RunData]) -> list[tuple[float, float]]:
-    """(rollouts, test mean@k) averaged over seeds point by point (every method shares one cadence)."""
-    n = min(len(r.points) for r in runs)
-    return [
-        (
-            statistics.fmean(r.points[i]["rollouts"] for r in runs),
-            statistics.fmean(r.points[i]["test"]["mean"] for r in runs),
-        )
-        for i in range(n)
-    ]
 
 
 def rollouts_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
