@@ -5,7 +5,8 @@ Run directory:
     events.jsonl           one record per weight step, search iteration and phase switch (with the signal
                            values that caused it)
     evals.jsonl            one record per evaluation point (validation and test mean@k with CIs), taken
-                           every `eval.every_rollouts` budget rollouts so that curves of methods line up
+                           every `eval.every_rollouts` budget rollouts so that curves of methods line up;
+                           point 0 may be copied from a sibling run of a comparison (`reused_from`)
     rollouts/train.jsonl   every RFT rollout
     evals/<point>/<split>.jsonl   evaluation rollouts
     search/                the archive (see whale.search.archive)
