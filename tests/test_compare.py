@@ -53,6 +53,7 @@ def test_compare_runs_every_method_on_one_budget_and_writes_table_and_plot(compa
     markdown = (out / "compare.md").read_text()
     for method in SIX.split(","):
         assert f"| {method} |" in markdown and method in stdout
+    repeats: dict[str, int] = {}
     for row in table["rows"]:
         folder = out / row["method"] / "seed0"
         state = check_complete_run(folder)
@@ -62,6 +63,14 @@ def test_compare_runs_every_method_on_one_budget_and_writes_table_and_plot(compa
         assert row["rollouts"] == b["train_rollouts"] + b["search_rollouts"]
         points = read_jsonl(folder / "evals.jsonl")
         assert [p["rollouts"] for p in points][0] == 0 and points[-1]["label"] == "end"
+        for before, p in zip(points, points[1:], strict=False):  # unchanged agent: the point is copied
+            unchanged = (p["weights"], p["harness"]) == (before["weights"], before["harness"])
+            assert p.get("repeats") == (before["point"] if unchanged else None)
+            if unchanged:
+                assert p["test"] == before["test"]
+                copied, source = (folder / "evals" / f"{q['point']:03d}" / "test.jsonl" for q in (p, before))
+                assert copied.read_bytes() == source.read_bytes()
+        repeats[row["method"]] = sum("repeats" in p for p in points)
         # one cadence for all: every point after the first is the first unit at or past a multiple of 30
         assert all(p["rollouts"] >= 30 * i for i, p in enumerate(points[:-1]))
         events = read_jsonl(folder / "events.jsonl")
@@ -83,6 +92,7 @@ def test_compare_runs_every_method_on_one_budget_and_writes_table_and_plot(compa
             assert any(set(s["harnesses"]) - {"c0000"} for s in steps)  # weights trained under the population
         if row["method"] != "whale":
             assert row["vs_reference"] is not None
+    assert sum(repeats.values()) > 0  # the check above is not vacuous: some agent went unchanged
     # the start evaluation is computed once (by the first method) and lent to the others of the seed
     lender = out / "whale" / "seed0"
     for method in SIX.split(",")[1:]:

@@ -144,7 +144,20 @@ class RunData:
 
 
 EVENT_KEYS = {
-    "weight_step": ("step", "train_reward", "kept", "total", "loss", "harnesses"),
+    "weight_step": (
+        "step",
+        "algorithm",
+        "train_reward",
+        "kept",
+        "total",
+        "examples",
+        "dropped_tasks",
+        "loss",
+        "kl",
+        "margin",
+        "mean_abs_advantage",
+        "harnesses",
+    ),
     "search_iteration": ("iteration", "incumbent", "incumbent_score", "accepted", "candidates", "spent"),
     "reeval": ("harness", "score", "spent"),
     "phase_switch": ("from", "to", "phase", "length", "reason"),

@@ -257,7 +257,7 @@ class Experiment:
             if source is None:
                 self._evaluate("start")
             else:
-                self._copy_start_eval(source)
+                self._copy_eval(source, 0, "start", reused_from=str(source))
             self._commit(weights_changed=False, boundary=True)
         if self.runner.sandbox_problems and not st.finished:
             self._event({"event": "sandbox_warning", "problems": self.runner.sandbox_problems})
@@ -546,35 +546,45 @@ class Experiment:
                 return folder
         return None
 
-    def _copy_start_eval(self, source: Path) -> None:
-        """Point 0 from `source`: its rollouts and scores, charged to this run's evaluation cost."""
+    def _copy_eval(self, source: Path, point: int, label: str, **provenance: Any) -> None:
+        """Evaluation point `point` of run `source` as this run's next point: the same rollouts and scores,
+        charged to this run's evaluation cost as a fresh evaluation would be."""
         st = self.state
-        record = dict(read_jsonl(source / "evals.jsonl")[0])
-        folder = self.out / "evals" / "000"
+        record = next(r for r in read_jsonl(source / "evals.jsonl") if r["point"] == point)
+        record = {k: v for k, v in record.items() if k not in ("reused_from", "repeats")}
+        folder = self.out / "evals" / f"{st.eval_points:03d}"
         for split in ("val", "test"):
-            rows = read_jsonl(source / "evals" / "000" / f"{split}.jsonl")
+            rows = read_jsonl(source / "evals" / f"{point:03d}" / f"{split}.jsonl")
             (folder / f"{split}.jsonl").unlink(missing_ok=True)
             append_jsonl(folder / f"{split}.jsonl", rows)
             self._charge([Rollout.from_json(r) for r in rows], "eval")
         b = self.budget
         record.update(
-            phase=ScheduleState(**st.schedule).kind, weights=self.runner.weights_version, checkpoint=None,
-            harness="c0000", reused_from=str(source), rollouts=b.rollouts, wall_s=round(b.wall_s, 2),
+            point=st.eval_points, label=label, phase=ScheduleState(**st.schedule).kind,
+            weights=self.runner.weights_version, checkpoint=st.checkpoint, harness=st.incumbent,
+            rollouts=b.rollouts, wall_s=round(b.wall_s, 2), **provenance,
         )  # fmt: skip
         append_jsonl(self.out / "evals.jsonl", [record])
         self.tracker.log(record, b.rollouts)
         st.eval_points += 1
         v, t, k = record["val"], record["test"], self.cfg.eval.k
+        same = f"point {point}" if source == self.out else f"point {point} of {source}"
         self.console.print(
-            f"[bold]eval 0[/bold] (start, the same as {source}): val mean@{k} {v['mean']:.3f}  "
-            f"test mean@{k} {t['mean']:.3f}"
+            f"[bold]eval {record['point']}[/bold] ({label}; {b.rollouts} rollouts; the same as {same}): "
+            f"val mean@{k} {v['mean']:.3f}  test mean@{k} {t['mean']:.3f}"
         )
 
     def _evaluate(self, label: str, weights_pending: bool = False) -> None:
         """Score the incumbent on val and test. The record names the checkpoint folder holding the weights
         evaluated (None: the base model; `weights_pending`: they are saved when this unit commits), so
-        every evaluation point is an agent version that `whale export` can rebuild."""
+        every evaluation point is an agent version that `whale export` can rebuild. When neither the weights
+        nor the incumbent changed since the last point, that point is copied (`repeats`): with per-call
+        seeds it would draw the same rollouts again, and without them the same distribution."""
         st, k = self.state, self.cfg.eval.k
+        last = read_jsonl(self.out / "evals.jsonl")[-1] if st.eval_points else None
+        if last and last["weights"] == self.runner.weights_version and last["harness"] == st.incumbent:
+            self._copy_eval(self.out, last["point"], label, repeats=last["point"])
+            return
         harness = self.archive.load(st.incumbent)
         checkpoint = self._checkpoint_name() if weights_pending else st.checkpoint
         record: dict[str, Any] = {

@@ -473,6 +473,61 @@ def section_bottleneck(s: StudySummary) -> list[str]:
     ]
 
 
+def mean_of(steps: list[dict[str, Any]], key: str) -> str:
+    values = [float(e[key]) for e in steps if e.get(key) is not None]
+    return f"{statistics.fmean(values):+.4f}" if values else "-"
+
+
+def section_weight_steps(s: StudySummary) -> list[str]:
+    """What each weight-phase algorithm did per step: data kept, loss, drift from the phase start."""
+    rows = []
+    for method, runs in s.runs.items():
+        steps = [e for r in runs for e in r.events if e["event"] == "weight_step"]
+        if not steps:
+            continue
+        rows.append(
+            [
+                method,
+                ", ".join(sorted({str(e.get("algorithm", "rft")) for e in steps})),
+                str(len(steps)),
+                f"{statistics.fmean(e['train_reward'] for e in steps):.3f}",
+                f"{statistics.fmean(e['kept'] for e in steps):.1f} / {steps[0]['total']}",
+                f"{statistics.fmean(e.get('examples', e['kept']) for e in steps):.1f}",
+                str(sum(e.get("dropped_tasks", 0) for e in steps)),
+                mean_of(steps, "loss"),
+                mean_of(steps, "kl"),
+                mean_of(steps, "margin"),
+                mean_of(steps, "mean_abs_advantage"),
+            ]
+        )
+    return [
+        f"Weight steps ({s.study.name}), all seeds: mean train reward, rollouts trained on per step "
+        "(RFT: those that passed; DPO: both sides of each passed-failed pair of a task; GRPO: those with a "
+        "non-zero group advantage), training examples (model calls) per step, and the means of the step's "
+        "metrics. Loss, KL to the phase-start weights and the DPO margin are averaged over the step's "
+        "minibatches, each measured before its optimizer update, so a phase's first step starts from KL 0 "
+        "(and DPO loss ln 2 = 0.6931).",
+        "",
+        md_table(
+            [
+                "method",
+                "algorithm",
+                "steps",
+                "train reward",
+                "rollouts used / step",
+                "examples / step",
+                "tasks dropped",
+                "loss",
+                "KL to phase start",
+                "DPO margin",
+                "GRPO mean abs advantage",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
 PHASE_HEAD = [
     "label",
     "E",
@@ -564,7 +619,7 @@ def render(docs: Path, discussion: Path | None = None) -> Path:
         lines += section_comparison(s, docs) + section_bottleneck(s)
     algorithms = summaries["math-algorithms"]
     if algorithms is not None:
-        lines += section_comparison(algorithms, docs)
+        lines += section_comparison(algorithms, docs) + section_weight_steps(algorithms)
     else:
         lines += ["## Math: the weight phase's algorithm", "", "Not run yet (`make results` runs it).", ""]
     lines += section_phases(docs)
