@@ -501,12 +501,14 @@ def section_weight_steps(s: StudySummary) -> list[str]:
             ]
         )
     return [
-        f"Weight steps ({s.study.name}), all seeds: mean train reward, rollouts trained on per step "
-        "(RFT: those that passed; DPO: both sides of each passed-failed pair of a task; GRPO: those with a "
-        "non-zero group advantage), training examples (model calls) per step, and the means of the step's "
-        "metrics. Loss, KL to the phase-start weights and the DPO margin are averaged over the step's "
-        "minibatches, each measured before its optimizer update, so a phase's first step starts from KL 0 "
-        "(and DPO loss ln 2 = 0.6931).",
+        f"Weight steps ({s.study.name}), all seeds: mean train reward, rollouts trained on per step (RFT: "
+        "those that passed; DPO: both sides of each passed-failed pair of a task; GRPO: all of them, "
+        "those of a task whose rollouts all passed or all failed with advantage 0 unless "
+        "`weights.drop_uniform_groups` drops them), training examples (model calls) per step, and the "
+        "means of the step's metrics. Loss, KL to the phase-start weights (logged only where the loss "
+        "needs the reference, or with `weights.log_kl`) and the DPO margin are averaged over the step's "
+        "minibatches, each measured before its optimizer update, so a phase's first step starts from KL 0"
+        " (and DPO loss ln 2 = 0.6931).",
         "",
         md_table(
             [
