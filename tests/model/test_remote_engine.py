@@ -25,6 +25,7 @@ from whale.model.hf_engine import HFEngine
 from whale.model.remote_engine import RemoteEngine
 from whale.model.trainer import Trainer, TrainerConfig, TrainExample
 from whale.openai_http import EndpointError
+from whale.store import read_jsonl
 
 pytestmark = pytest.mark.slow  # the server process takes seconds to start (torch, the tiny model)
 
@@ -180,7 +181,13 @@ def test_a_harness_only_run_goes_through_the_server(fresh, tmp_path):
     state = json.loads((tmp_path / "run" / "state.json").read_text())
     budget = state["budget"]
     assert state["finished"] and budget["search_rollouts"] >= 12 and budget["train_rollouts"] == 0
-    assert fresh.stats()["chat"] - before == budget["model_calls"] > 0
+    run = tmp_path / "run"
+    copied = [  # an evaluation point that repeats the previous one is copied: charged, not sent
+        r for p in read_jsonl(run / "evals.jsonl") if "repeats" in p for split in ("val", "test")
+        for r in read_jsonl(run / "evals" / f"{p['point']:03d}" / f"{split}.jsonl")
+    ]  # fmt: skip
+    sent = budget["model_calls"] - sum(len(r["calls"]) for r in copied)
+    assert fresh.stats()["chat"] - before == sent > 0
     calls = [c for line in (tmp_path / "run" / "evals" / "000" / "val.jsonl").read_text().splitlines()
              for c in json.loads(line)["calls"]]  # fmt: skip
     assert calls and all(c["completion_ids"] == [] and c["usage"]["completion_tokens"] >= 1 for c in calls)
