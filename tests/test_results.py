@@ -180,12 +180,15 @@ def test_weight_step_table_averages_each_algorithms_metrics_over_its_steps():
     events = {
         "whale": [algo_step("rft", 10, 1.0, kl=0.0), algo_step("rft", 20, 3.0, kl=0.2)],
         "whale+dpo": [algo_step("dpo", 8, 0.6931, kl=0.0, margin=0.0), algo_step("dpo", 12, 0.5, margin=0.4)],
-        "whale+grpo": [algo_step("grpo", 30, -0.1, mean_abs_advantage=0.8, kl=None)],
+        "whale+grpo": [
+            algo_step("grpo", 30, -0.1, mean_abs_advantage=0.8, kl=None),
+            algo_step("grpo", 0, float("nan"), mean_abs_advantage=None),  # nothing to train on
+        ],
     }
     table = "\n".join(section_weight_steps(study("math-algorithms", dict.fromkeys(events, curve), events)))
     assert "| whale | rft | 2 | 0.250 | 15.0 / 64 | 30.0 | 2 | +2.0000 | +0.1000 | - | - |" in table
     assert "| whale+dpo | dpo | 2 | 0.250 | 10.0 / 64 | 20.0 | 2 | +0.5966 | +0.0000 | +0.2000 | - |" in table
-    assert "| whale+grpo | grpo | 1 | 0.250 | 30.0 / 64 | 60.0 | 1 | -0.1000 | - | - | +0.8000 |" in table
+    assert "| whale+grpo | grpo | 2 | 0.250 | 15.0 / 64 | 30.0 | 2 | -0.1000 | - | - | +0.8000 |" in table
 
 
 def test_committed_results_md_is_what_the_committed_summaries_render(tmp_path):

@@ -292,11 +292,7 @@ def fisher_greater(a: int, n: int, b: int, m: int) -> float:
     return tail / math.comb(total, n)
 
 
-AFTER_WEIGHTS = (
-    "whale",
-    "whale-adaptive",
-    "stagewise",
-)  # harness phases after weight steps, paired acceptance
+AFTER_WEIGHTS = ("whale", "whale-adaptive", "stagewise")  # methods whose harness phases follow weight steps
 
 
 def claim_c(s: StudySummary | None) -> Claim:
@@ -474,7 +470,8 @@ def section_bottleneck(s: StudySummary) -> list[str]:
 
 
 def mean_of(steps: list[dict[str, Any]], key: str) -> str:
-    values = [float(e[key]) for e in steps if e.get(key) is not None]
+    """Mean of a step metric where it was logged (a step with no examples logs loss NaN)."""
+    values = [float(e[key]) for e in steps if e.get(key) is not None and math.isfinite(e[key])]
     return f"{statistics.fmean(values):+.4f}" if values else "-"
 
 
