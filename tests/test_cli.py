@@ -49,7 +49,8 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path):
 
 def check_complete_run(out: Path) -> dict:
     state = read_json(out / "state.json")
-    trained = state["weight_steps"] > 0  # harness-only never trains: no checkpoints, no train rollouts
+    trained = state["weight_steps"] > 0  # harness-only never trains: no train rollouts
+    updated = state["weights_version"] != "w0"  # ... and no checkpoints, as when no step kept anything
     searched = state["search_iters"] > 0  # weight-only never searches: no frontier
     for name in ("config.yaml", "events.jsonl", "evals.jsonl", "state.json",
                  "summary.json", "search/candidates/c0000/harness.py", "search/candidates/c0000/meta.json",
@@ -59,7 +60,7 @@ def check_complete_run(out: Path) -> dict:
     assert state["finished"] is True
     budget = state["budget"]
     assert budget["train_rollouts"] + budget["search_rollouts"] >= budget["limit_rollouts"]
-    if trained:
+    if updated:
         checkpoints = [p.name for p in (out / "checkpoints").iterdir()]
         assert state["checkpoint"] in checkpoints and not [c for c in checkpoints if c.startswith(".")]
         assert set(checkpoints) == set(state["kept_checkpoints"]) | {state["checkpoint"]}
@@ -190,6 +191,27 @@ def test_kill_and_resume_counts_nothing_twice(tmp_path):
     assert train_total == state["budget"]["train_rollouts"]
     assert jsonl_line_count(out / "rollouts/train.jsonl") == train_total
     assert state["budget"]["train_rollouts"] + state["budget"]["search_rollouts"] >= 120
+
+
+def test_steps_that_keep_nothing_leave_weights_checkpoints_and_scores_alone(tmp_path):
+    """No rollout reaches the threshold: each weight step trains nothing, so the weights keep their label,
+    no checkpoint is written, later points are copies and the incumbent is scored once, across a resume."""
+    out = tmp_path / "run"
+    overrides = ("rft.reward_threshold=2", "schedule.budget_rollouts=120")
+    with run_in_background(out, *overrides):
+        pass
+    resumed = whale("run", "--resume", str(out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    state = check_complete_run(out)
+    assert state["weights_version"] == "w0" and state["checkpoint"] is None
+    events = read_jsonl(out / "events.jsonl")
+    steps = [e for e in events if e["event"] == "weight_step"]
+    assert len(steps) >= 4 and all(e["optimizer_steps"] == 0 and e["weights"] == "w0" for e in steps)
+    assert "no update: w0 stays" in resumed.stdout
+    assert state["search_iters"] >= 2 and sum(e["event"] == "reeval" for e in events) == 1
+    points = read_jsonl(out / "evals.jsonl")
+    assert all(p["weights"] == "w0" for p in points)
+    assert [p.get("repeats") for p in points[1:]] == [p["point"] for p in points[:-1]]
 
 
 def test_a_domain_error_leaves_no_run_directory(tmp_path):

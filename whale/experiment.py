@@ -81,6 +81,7 @@ class RunState:
     budget: dict[str, Any]
     unit: int = 0
     weight_steps: int = 0
+    weights_version: str = "w0"  # the weights served: w<the last step that changed them>
     search_iters: int = 0
     eval_points: int = 0
     incumbent: str = "c0000"
@@ -180,7 +181,9 @@ class Experiment:
         return state
 
     def _load_state(self) -> RunState:
-        state = RunState(**read_json(self.out / "state.json"))
+        raw = read_json(self.out / "state.json")
+        raw.setdefault("weights_version", f"w{raw.get('weight_steps', 0)}")  # a run begun before the field
+        state = RunState(**raw)
         for name, n in (state.log_lines or {}).items():
             if (self.out / name).exists():
                 truncate_jsonl(self.out / name, n)
@@ -195,7 +198,7 @@ class Experiment:
             self.trainer.freeze_reference()  # the initial weights, before a checkpoint replaces them
         if state.checkpoint:
             self.trainer.load(self.out / "checkpoints" / state.checkpoint)
-        self.runner.sync_weights(f"w{state.weight_steps}", self.trainer)
+        self.runner.sync_weights(state.weights_version, self.trainer)
         self.runner.engine_calls = state.engine_calls
         append_jsonl(self.out / "events.jsonl", [{"event": "resume", "unit": state.unit}])
         return state
@@ -267,6 +270,7 @@ class Experiment:
                 if not self._stop_searching(sched):
                     break
                 continue
+            served = self.runner.weights_version
             if sched.kind == WEIGHTS:
                 value, improved = self._weight_step(), False
             else:
@@ -294,7 +298,7 @@ class Experiment:
                     f"units: {decision.reason}"
                 )
             due = b.rollouts >= st.next_eval_at or b.exhausted
-            trained = sched.kind == WEIGHTS
+            trained = self.runner.weights_version != served
             if due:
                 self._evaluate("end" if b.exhausted else f"{b.rollouts} rollouts", weights_pending=trained)
                 st.next_eval_at = (b.rollouts // every + 1) * every
@@ -369,8 +373,10 @@ class Experiment:
         with track(self.console, f"{label}: training", n) as tick:
             result = train_on(self.trainer, rollouts, used, batch, objective, tick)
         st.weight_steps += 1
-        self.runner.sync_weights(f"w{st.weight_steps}", self.trainer)
-        st.incumbent_eval = None
+        if result.optimizer_steps:  # else nothing was kept: the same weights, label and search scores
+            st.weights_version = f"w{st.weight_steps}"
+            self.runner.sync_weights(st.weights_version, self.trainer)
+            st.incumbent_eval = None
         append_jsonl(self.out / "rollouts" / "train.jsonl", [r.to_json() for r in result.rollouts])
         self._charge(result.rollouts, "train")
         self._event(
@@ -392,6 +398,7 @@ class Experiment:
                 "margin": result.margin,
                 "mean_abs_advantage": result.mean_abs_advantage,
                 "optimizer_steps": result.optimizer_steps,
+                "weights": self.runner.weights_version,
             }  # fmt: skip
         )
         extra = "".join(
@@ -405,7 +412,12 @@ class Experiment:
         )
         self.console.print(
             f"  weight step {st.weight_steps} ({w.algorithm}): train reward {result.train_reward:.3f}, "
-            f"kept {result.kept}/{len(result.rollouts)}, loss {result.loss:.3f}{extra}"
+            f"kept {result.kept}/{len(result.rollouts)}, "
+            + (
+                f"loss {result.loss:.3f}{extra}"
+                if result.optimizer_steps
+                else f"no update: {self.runner.weights_version} stays"
+            )
         )
         return result.train_reward
 
