@@ -13,6 +13,7 @@ from tests.test_cli import assert_user_error, whale
 from whale.compare import RunData, build_rows
 from whale.metrics import PairedDifference
 from whale.results import (
+    FLOOR,
     PAPER_MIN_GAIN,
     SIX,
     STUDIES,
@@ -22,6 +23,7 @@ from whale.results import (
     claim_b,
     claim_c,
     claim_d,
+    claim_e,
     fisher_greater,
     gain_verdict,
     load_summary,
@@ -125,6 +127,20 @@ def test_claims_a_and_d_follow_the_paired_differences():
     assert claim_a([worse]).verdict == "not reproduced"
     assert claim_d([worse]).verdict == "not reproduced"
     assert "whale - weight-only best mean@8 +30.0 pts" in claim_a([better]).measured[0]
+
+
+def test_a_domain_at_the_floor_is_inconclusive_and_does_not_decide_the_claim():
+    floor = study("chess", {m: [(0, 0.0), (300, 0.0), (600, 0.0)] for m in SIX})
+    better = study("math", curves(whale=0.5, others=0.2))
+    for claim in (claim_a, claim_d, claim_e):
+        assert claim([floor]).verdict == "inconclusive"
+        assert all(line.endswith(FLOOR) for line in claim([floor]).measured), claim([floor]).measured
+    assert claim_a([better, floor]).verdict == "reproduced"  # the floor domain is no evidence either way
+    assert claim_d([better, floor]).verdict == "reproduced"
+    solved_once = study(
+        "chess", {**{m: [(0, 0.0), (600, 0.0)] for m in SIX}, "whale": [(0, 0.0), (600, 0.2)]}
+    )
+    assert FLOOR not in claim_a([solved_once]).measured[0]  # one method off the floor: a real comparison
 
 
 def test_claim_b_compares_rollouts_to_weight_only_peak():

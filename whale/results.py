@@ -167,6 +167,17 @@ def diff(s: StudySummary, mine: str, theirs: str, pick: str = "best") -> PairedD
     return paired(pooled_at(s.runs[mine], pick), pooled_at(s.runs[theirs], pick))
 
 
+def at_floor(s: StudySummary, *methods: str) -> bool:
+    """No rollout of these methods solved a test task at any evaluation point: a paired difference of
+    zeros with a zero-width interval, which says the task is out of reach, not that the methods tie."""
+    return all(
+        v == 0 for m in methods for r in s.runs[m] for p in r.points for v in p["tasks"]["test"].values()
+    )
+
+
+FLOOR = "inconclusive (floor: no test task solved by either method at any point)"
+
+
 def rollouts_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
     return next((x for x, y in curve if y >= target - 1e-12), None)
 
@@ -232,8 +243,10 @@ class Claim:
 
 
 def combine(verdicts: list[str]) -> str:
+    """All domains' verdicts in one; a domain at the floor is no evidence either way."""
     if not verdicts:
         return "not run"
+    verdicts = [v for v in verdicts if v != FLOOR] or ["inconclusive"]
     if all(v == "reproduced" for v in verdicts):
         return "reproduced"
     if any(v == "not reproduced" for v in verdicts):
@@ -248,7 +261,7 @@ def claim_a(domains: list[StudySummary]) -> Claim:
     for s in domains:
         for base in ("weight-only", "harness-only", "fast-slow"):
             d = diff(s, "whale", base)
-            v = gain_verdict(d, PAPER_MIN_GAIN)
+            v = FLOOR if at_floor(s, "whale", base) else gain_verdict(d, PAPER_MIN_GAIN)
             measured.append(f"{s.study.name}: whale - {base} best mean@{s.k} {pts(d)}: {v}")
             verdicts.append(v)
     return Claim(
@@ -337,7 +350,9 @@ def claim_d(domains: list[StudySummary]) -> Claim:
         )
         accuracy = gain_verdict(d)
         cheaper = mine is not None and theirs is not None and mine <= theirs  # no later, at this cadence
-        if accuracy == "reproduced" and cheaper:
+        if at_floor(s, "whale", "stagewise"):
+            v, cost = FLOOR, "neither leaves 0"
+        elif accuracy == "reproduced" and cheaper:
             v = "reproduced"
         elif accuracy == "not reproduced" or mine is None:
             v = "not reproduced"
@@ -358,12 +373,15 @@ def claim_e(domains: list[StudySummary]) -> Claim:
     for s in domains:
         best, selected = diff(s, "whale-adaptive", "whale"), diff(s, "whale-adaptive", "whale", "selected")
         v = "no difference detected" if best.ci_low <= 0 <= best.ci_high else "differs"
+        v = FLOOR if at_floor(s, "whale-adaptive", "whale") else v
         measured.append(
             f"{s.study.name}: whale-adaptive - whale best {pts(best)}, validation-selected {pts(selected)}"
+            + (f": {v}" if v == FLOOR else "")
         )
         verdicts.append(v)
     verdict = "not run" if not verdicts else "inconclusive"
-    if verdicts and all(v == "differs" for v in verdicts):
+    measurable = [v for v in verdicts if v != FLOOR]
+    if measurable and all(v == "differs" for v in measurable):
         verdict = "differs (see the numbers)"
     return Claim(
         "e",
