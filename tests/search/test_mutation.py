@@ -11,7 +11,14 @@ import pytest
 from whale.domains.math import MathDomain
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate
-from whale.search.mutation import MutationProposer, find_knobs, mutate_value, set_knobs, signature
+from whale.search.mutation import (
+    MutationProposer,
+    find_knobs,
+    live_knobs,
+    mutate_value,
+    set_knobs,
+    signature,
+)
 
 DOMAIN = MathDomain(seed=0, sizes={"train": 1, "search": 1, "val": 1, "test": 1})
 SEED = DOMAIN.seed_harness()
@@ -81,6 +88,29 @@ def test_propose_gives_n_valid_distinct_knob_only_candidates():
             (a, b) for a, b in zip(SEED.splitlines(), c.source.splitlines(), strict=True) if a != b
         ]
         assert {a.split(" = ")[0] for a, _ in changed_lines} == changed
+
+
+def test_live_knobs_follow_the_bool_knobs_that_guard_them():
+    dead = {"CALC_INSTRUCTION", "EXAMPLE_QUESTION", "EXAMPLE_ANSWER", "EXAMPLE_EXPRESSION"}
+    assert set(find_knobs(SEED)) - live_knobs(SEED) == dead  # few-shot and calculator both off
+    few_shot = set_knobs(SEED, {"FEW_SHOT": True})
+    assert set(find_knobs(few_shot)) - live_knobs(few_shot) == {"CALC_INSTRUCTION", "EXAMPLE_EXPRESSION"}
+    both = set_knobs(SEED, {"FEW_SHOT": True, "USE_CALCULATOR": True})
+    assert set(find_knobs(both)) - live_knobs(both) == {"INSTRUCTION", "EXAMPLE_ANSWER"}
+    source = (
+        "A = False\nB = 1\nC = 2\ndef run(task, llm, tools):\n    if not A:\n        return B\n    return C\n"
+    )
+    assert live_knobs(source) == {"A", "B", "C"}  # conservative: C after the early return still counts
+    assert live_knobs(source.replace("if not A", "if A")) == {"A", "C"}
+
+
+def test_mutation_seldom_edits_a_knob_the_harness_does_not_read():
+    seed = HarnessCandidate("c0000", SEED)
+    dead = set(find_knobs(SEED)) - live_knobs(SEED)
+    out = MutationProposer(POOL, seed=0).mutants([seed], {signature(SEED)}, 30, ids())
+    base = find_knobs(SEED)
+    touched = [{n for n, k in find_knobs(c.source).items() if k.value != base[n].value} for c in out]
+    assert len(out) == 30 and sum(bool(t & dead) for t in touched) <= 3
 
 
 def test_propose_is_seeded():

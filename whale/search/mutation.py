@@ -5,6 +5,9 @@ flips booleans, nudges numbers, and swaps strings for values from the domain's p
 knob from one of two frontier parents. `text_only` (Fast-Slow's fast loop) restricts both to prompt
 strings. The output is always a complete harness file: only the literal's
 source span changes, everything else stays byte-for-byte.
+
+A knob that the harness cannot read in its current configuration (the few-shot example while `FEW_SHOT`
+is off) is drawn rarely: editing it changes nothing the model sees, so the candidate would only tie.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from whale.search.proposer import Proposal, ProposalRequest
 
 Knob = bool | int | float | str
 MECHANISM_WEIGHT = 3.0  # Meta-Harness's lesson: change a mechanism before rewording a prompt
+DEAD_WEIGHT = 0.1  # a knob the current configuration does not read: still reachable, seldom drawn
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,39 @@ def find_knobs(source: str) -> dict[str, KnobSite]:
         end = offsets[value.end_lineno - 1] + _char_col(lines[value.end_lineno - 1], value.end_col_offset)
         sites[name] = KnobSite(name, value.value, start, end)
     return sites
+
+
+def live_knobs(source: str) -> set[str]:
+    """Knobs the harness reads in its current configuration: every load of the name except in a branch
+    that a bool knob's value rules out (`if FLAG:`, `if not FLAG:`, `a if FLAG else b`). Static and
+    conservative: a load after an early return still counts as live."""
+    values = {n: s.value for n, s in find_knobs(source).items()}
+    live: set[str] = set()
+
+    def condition(test: ast.expr) -> bool | None:
+        if isinstance(test, ast.Name) and isinstance(values.get(test.id), bool):
+            return bool(values[test.id])
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = condition(test.operand)
+            return None if inner is None else not inner
+        return None
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.If, ast.IfExp)):
+            taken = condition(node.test)
+            visit(node.test)
+            body = node.body if isinstance(node.body, list) else [node.body]
+            orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+            for child in (body if taken is not False else []) + (orelse if taken is not True else []):
+                visit(child)
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in values:
+            live.add(node.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return live
 
 
 def _char_col(line: str, byte_col: int) -> int:
@@ -141,7 +178,12 @@ class MutationProposer:
         ]
         if not mutable:
             return "", ""
-        weights = [MECHANISM_WEIGHT if not isinstance(s.value, str) else 1.0 for s in mutable]
+        live = live_knobs(base.source)
+        weights = [
+            (MECHANISM_WEIGHT if not isinstance(s.value, str) else 1.0)
+            * (1.0 if s.name in live else DEAD_WEIGHT)
+            for s in mutable
+        ]
         chosen: list[KnobSite] = []
         for _ in range(self.rng.choice([1, 1, 2])):
             site = self.rng.choices(mutable, weights)[0]
