@@ -31,6 +31,7 @@ from whale.results import (
     render,
     run_study,
     search_acceptance,
+    section_run_time,
     section_weight_steps,
     unchanged_challengers,
 )
@@ -141,6 +142,19 @@ def test_a_domain_at_the_floor_is_inconclusive_and_does_not_decide_the_claim():
         "chess", {**{m: [(0, 0.0), (600, 0.0)] for m in SIX}, "whale": [(0, 0.0), (600, 0.2)]}
     )
     assert FLOOR not in claim_a([solved_once]).measured[0]  # one method off the floor: a real comparison
+
+
+def test_run_time_counts_a_run_shared_by_two_studies_once():
+    math = study("math", {"whale": [(0, 0.1), (60, 0.2)], "weight-only": [(0, 0.1), (60, 0.3)]})
+    shared = StudySummary(
+        Study("math-algorithms", "t", "x", ("whale", "whale+dpo"), folder="math"),
+        math.meta,
+        {"whale": math.runs["whale"], "whale+dpo": [fake_run("whale+dpo", [(0, 0.1), (60, 0.2)])]},
+    )
+    table = "\n".join(section_run_time([math, shared]))
+    assert "| math | 2 | 0 min 02 s | 2 | 0 min 02 s |" in table
+    assert "| math-algorithms | 2 | 0 min 02 s | 1 | 0 min 01 s |" in table
+    assert "| all (each run once) |  |  | 3 | 0 min 03 s |" in table
 
 
 def test_claim_b_compares_rollouts_to_weight_only_peak():
