@@ -552,6 +552,8 @@ PHASE_HEAD = [
     "best test mean@8",
     "val-selected test mean@8",
     "phase switches",
+    "weight steps per run",
+    "search iterations that accepted",
     "wall per run",
 ]
 
@@ -574,6 +576,8 @@ def section_phases(docs: Path) -> list[str]:
         d = paired(pooled_at(runs, "best"), pooled_at(reference.runs["whale"], "best"))
         best = pooled_at(runs, "best")
         switches = statistics.fmean(sum(e["event"] == "phase_switch" for e in r.events) for r in runs)
+        steps = statistics.fmean(sum(e["event"] == "weight_step" for e in r.events) for r in runs)
+        accepted = [search_acceptance(runs, after) for after in (False, True)]
         rows.append(
             [
                 label,
@@ -583,14 +587,25 @@ def section_phases(docs: Path) -> list[str]:
                 f"{statistics.fmean(best_val_point(r.points)['test']['mean'] for r in runs):.3f}",
                 "reference" if s is reference else pts(d),
                 f"{switches:.1f}",
+                f"{steps:.1f}",
+                f"{sum(a for a, _ in accepted)}/{sum(n for _, n in accepted)}",
                 duration(study_wall(s) / len(runs)),
             ]
         )
     missing = [label for label, _, _, s in found if s is None]
+    title = "Math: whale with E weight steps and I search iterations per phase"
+    plot = plot_curves(
+        docs / "results" / "math-phases.png",
+        {label: s.runs["whale"] for label, _, _, s in done},
+        reference.k,
+        title,
+    )
     return out + [
         "E = weight steps per weight phase (64 rollouts each), I = search iterations per harness phase.",
         "",
         md_table(PHASE_HEAD[:5] + [f"best vs {done[0][0]}"] + PHASE_HEAD[5:], rows),
+        "",
+        f"![{title}: test mean@{reference.k} against rollouts](results/{plot.name})",
         "",
         *([f"Not run yet: {', '.join(missing)}.", ""] if missing else []),
     ]
