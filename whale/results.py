@@ -372,8 +372,10 @@ def claim_e(domains: list[StudySummary]) -> Claim:
     measured, verdicts = [], []
     for s in domains:
         best, selected = diff(s, "whale-adaptive", "whale"), diff(s, "whale-adaptive", "whale", "selected")
-        v = "no difference detected" if best.ci_low <= 0 <= best.ci_high else "differs"
-        v = FLOOR if at_floor(s, "whale-adaptive", "whale") else v
+        if at_floor(s, "whale-adaptive", "whale"):
+            v = FLOOR
+        else:
+            v = "no difference detected" if best.ci_low <= 0 <= best.ci_high else "differs"
         measured.append(
             f"{s.study.name}: whale-adaptive - whale best {pts(best)}, validation-selected {pts(selected)}"
             + (f": {v}" if v == FLOOR else "")
