@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from whale.config import EngineConfig, VLLMConfig  # noqa: E402
+from whale.core.config import EngineConfig, VLLMConfig  # noqa: E402
 from whale.model.backends import build_engine  # noqa: E402
 from whale.model.engine import GenerationRequest, SamplingParams  # noqa: E402
 from whale.model.hf_engine import HFEngine, chat_prompt_ids  # noqa: E402

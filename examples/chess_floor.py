@@ -17,9 +17,9 @@ from pathlib import Path
 import chess
 import yaml
 
-from whale.config import config_from_dict
+from whale.core.config import config_from_dict
+from whale.core.files import read_jsonl
 from whale.domains.registry import build_domain
-from whale.store import read_jsonl
 
 
 def random_move_scores(run: Path) -> dict[str, float]:

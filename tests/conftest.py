@@ -158,8 +158,8 @@ def agent_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished tiny run under greedy decoding (weight-only; evaluation points at 0, 8 and 16 rollouts,
     i.e. weights w0, w2, w4) whose harness answers with the model's reply, so an answer is model output.
     `checkpoints.keep_every=2` keeps the weights of points 0 and 2 (and the best by validation) only."""
-    from whale.config import load_config
-    from whale.experiment import Experiment
+    from whale.core.config import load_config
+    from whale.run.experiment import Experiment
 
     folder = tmp_path_factory.mktemp("agent-run")
     (folder / "reply.py").write_text(REPLY_HARNESS)
@@ -176,8 +176,8 @@ def agent_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def agent_bundle(agent_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run's last agent version (trained weights w4), exported with merged weights."""
-    from whale.agents import agent_versions
-    from whale.bundle import export_bundle
+    from whale.deploy.bundle import export_bundle
+    from whale.deploy.versions import agent_versions
 
     out = tmp_path_factory.mktemp("bundles") / "w4"
     export_bundle(agent_run, agent_versions(agent_run)[-1], out)

@@ -1,4 +1,4 @@
-"""`whale.bench`: one quick run on the tiny model; every section present, ratios are the quotients of the
+"""`whale.bench.main`: one quick run on the tiny model; every section present, ratios are the quotients of the
 raw numbers stored beside them, and the engine's greedy completions equal transformers' own."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from whale.bench import run_bench, verdicts
+from whale.bench.main import run_bench, verdicts
 
 SECTIONS = ("machine", "roofline", "engine", "trainer", "rollout", "verdicts")
 

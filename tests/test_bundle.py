@@ -16,15 +16,15 @@ import torch
 import whale
 from tests.test_cli import assert_user_error
 from tests.test_cli import whale as whale_cli
-from whale.agents import agent_versions, select_version
-from whale.bundle import BundleError, export_bundle, load_bundle_model, sha256_file, verify_bundle
-from whale.bundle_diff import diff_bundles
-from whale.cli import main
-from whale.config import ConfigError
+from whale.cli.main import main
+from whale.core.config import ConfigError
+from whale.core.files import read_json, read_jsonl
+from whale.deploy.bundle import BundleError, export_bundle, load_bundle_model, sha256_file, verify_bundle
+from whale.deploy.diff import diff_bundles
+from whale.deploy.versions import agent_versions, select_version
 from whale.model.loading import load_model
 from whale.model.trainer import TrainerConfig, load_trainable, with_lora
-from whale.storage import retained_checkpoints, run_storage
-from whale.store import read_json, read_jsonl
+from whale.run.disk import retained_checkpoints, run_storage
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Finished:
 
 
 def whale_here(capsys: pytest.CaptureFixture, *args: str) -> Finished:
-    """`whale ARGS` through the real entry point (whale.cli.main), in this process: the commands that
+    """`whale ARGS` through the real entry point (whale.cli.main.main), in this process: the commands that
     need torch would spend seconds importing it again in a subprocess."""
     capsys.readouterr()
     with mock.patch.object(sys, "argv", ["whale", *args]), pytest.raises(SystemExit) as stop:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from whale.store import jsonl_line_count, read_json, read_jsonl
+from whale.core.files import jsonl_line_count, read_json, read_jsonl
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_cli import assert_user_error, check_complete_run, whale
 
-from whale.store import read_jsonl
+from whale.core.files import read_jsonl
 
 pytestmark = pytest.mark.slow
 REVERSE = Path(__file__).parent / "fixtures" / "reverse_domain.py"

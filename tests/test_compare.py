@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from tests.test_cli import assert_user_error, check_complete_run, run_in_background, whale
-from whale.compare import method_config, parse_methods, pooled, rollouts_to_fraction
-from whale.config import ConfigError, load_config
-from whale.experiment import Experiment
-from whale.store import read_json, read_jsonl
+from whale.core.config import ConfigError, load_config
+from whale.core.files import read_json, read_jsonl
+from whale.run.experiment import Experiment
+from whale.studies.compare import method_config, parse_methods, pooled, rollouts_to_fraction
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIX = "whale,whale-adaptive,weight-only,harness-only,stagewise,fast-slow"

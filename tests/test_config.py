@@ -6,7 +6,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from whale.config import PRESETS, Config, ConfigError, config_from_dict, load_config
+from whale.core.config import PRESETS, Config, ConfigError, config_from_dict, load_config
 
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in PRESETS.glob("*.yaml")))

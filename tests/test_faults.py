@@ -24,14 +24,8 @@ import pytest
 
 from tests.processes import alive
 from tests.test_cli import ENV, check_complete_run
-from whale.config import ProposerConfig
-from whale.harness.records import HarnessCandidate
-from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
-from whale.model.engine import SamplingParams
-from whale.search.agent_proposer import AgentProposer
-from whale.search.archive import Archive
-from whale.search.proposer import ProposalRequest, ProposerUsage, full_brief
-from whale.store import (
+from whale.core.config import ProposerConfig
+from whale.core.files import (
     append_jsonl,
     atomic_write_json,
     jsonl_line_count,
@@ -39,6 +33,12 @@ from whale.store import (
     read_jsonl,
     truncate_jsonl,
 )
+from whale.harness.records import HarnessCandidate
+from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.model.engine import SamplingParams
+from whale.search.agent_proposer import AgentProposer
+from whale.search.archive import Archive
+from whale.search.proposer import ProposalRequest, ProposerUsage, full_brief
 
 RUN = ["--preset", "tiny", "--set", "schedule.budget_rollouts=120"]
 COUNTS = ("unit", "weight_steps", "search_iters", "eval_points")

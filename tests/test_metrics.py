@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from whale.metrics import (
+from whale.core.stats import (
     bootstrap_ci,
     decide_acceptance,
     maj_at_k,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from whale.config import load_config
-from whale.experiment import Experiment
+from whale.core.config import load_config
 from whale.model.loading import ModelLoadError
-from whale.schedule import weight_phase_steps
+from whale.run.experiment import Experiment
+from whale.run.schedule import weight_phase_steps
 
 PAPER_STEPS = {"paper-searchqa": 44, "paper-math": 42, "paper-chess": 38}  # E = 0.6 epoch in the paper
 

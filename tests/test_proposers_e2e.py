@@ -6,8 +6,8 @@ import pytest
 
 from tests.search.openai_server import ScriptedOpenAI, chat_reply
 from tests.test_cli import check_complete_run, whale
+from whale.core.files import read_json, read_jsonl
 from whale.domains.math import MathDomain
-from whale.store import read_json, read_jsonl
 
 pytestmark = pytest.mark.slow
 

@@ -18,16 +18,16 @@ from rich.console import Console
 
 from tests.processes import alive
 from tests.test_cli import assert_user_error, whale
-from whale.config import ConfigError, ExecutorConfig, load_config
+from whale.core.config import ConfigError, ExecutorConfig, load_config
+from whale.core.files import read_json, read_jsonl
 from whale.domains.registry import build_domain
-from whale.executor import build_executor, build_runner
-from whale.experiment import Experiment
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutJob
 from whale.model.backends import build_engine
 from whale.model.distributed import build_trainer
-from whale.ray_executor import RayExecutor, connect
-from whale.store import read_json, read_jsonl
+from whale.rollout.executor import build_executor, build_runner
+from whale.rollout.ray_actors import RayExecutor, connect
+from whale.run.experiment import Experiment
 
 pytestmark = pytest.mark.slow
 
@@ -165,7 +165,7 @@ def test_bad_executor_config_is_one_line(ray_cluster, tmp_path, monkeypatch):
     # Without Ray installed, choosing it says how to install it.
     cfg = load_config("tiny", None, ["executor.kind=ray"])
     monkeypatch.setitem(sys.modules, "ray", None)
-    monkeypatch.delitem(sys.modules, "whale.ray_executor")
+    monkeypatch.delitem(sys.modules, "whale.rollout.ray_actors")
     with pytest.raises(ConfigError, match=r"needs Ray: pip install 'whale\[ray\]'"):
         build_executor(cfg, None, None, None, None)
 

@@ -1,4 +1,4 @@
-"""`whale.report`: the HTML report of a run or a comparison, on hand-made run files and on real tiny runs."""
+"""`whale.report.pages`: the HTML report of a run or a comparison, on hand-made and on real tiny runs."""
 
 from __future__ import annotations
 
@@ -16,9 +16,15 @@ from typing import Any
 import pytest
 import yaml
 
-from whale.config import ConfigError
-from whale.report import attribute_gains, bottleneck_verdict, gain_per_1000, phase_intervals, write_report
-from whale.store import read_json
+from whale.core.config import ConfigError
+from whale.core.files import read_json
+from whale.report.pages import (
+    attribute_gains,
+    bottleneck_verdict,
+    gain_per_1000,
+    phase_intervals,
+    write_report,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RUN_SECTIONS = ("summary", "cost", "curves", "rft", "search", "lineage", "diff", "bottleneck", "points")

@@ -10,9 +10,10 @@ import pytest
 from rich.console import Console
 
 from tests.test_cli import assert_user_error, whale
-from whale.compare import RunData, build_rows
-from whale.metrics import PairedDifference
-from whale.results import (
+from whale.core.files import read_json
+from whale.core.stats import PairedDifference
+from whale.studies.compare import RunData, build_rows
+from whale.studies.results import (
     FLOOR,
     PAPER_MIN_GAIN,
     SIX,
@@ -35,7 +36,6 @@ from whale.results import (
     section_weight_steps,
     unchanged_challengers,
 )
-from whale.store import read_json
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 TASKS = ("t0", "t1", "t2", "t3", "t4")

@@ -12,7 +12,7 @@ from whale.harness.records import HarnessCandidate, ModelCall, Rollout
 from whale.harness.runner import RolloutRunner
 from whale.model.engine import SamplingParams
 from whale.model.hf_engine import HFEngine
-from whale.rft import build_batch, drop_uniform, group_advantages, sample
+from whale.weights.step import build_batch, drop_uniform, group_advantages, sample
 
 
 def call(prompt: list[int], completion: list[int], train: bool = True, temperature: float = 1.0) -> ModelCall:

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from whale.config import load_config
-from whale.schedule import (
+from whale.core.config import load_config
+from whale.run.schedule import (
     HARNESS,
     METHODS,
     WEIGHTS,

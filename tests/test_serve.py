@@ -18,7 +18,7 @@ import pytest
 
 from tests.processes import alive
 from tests.test_cli import ENV, assert_user_error, whale
-from whale.store import read_jsonl
+from whale.core.files import read_jsonl
 
 pytestmark = pytest.mark.slow
 

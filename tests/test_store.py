@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from whale.store import (
+from whale.core.files import (
     append_jsonl,
     atomic_copy_tree,
     atomic_write_json,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.test_cli import assert_user_error, whale
-from whale import tracking
-from whale.config import ConfigError, TrackingConfig
-from whale.store import read_jsonl
+from whale.core.config import ConfigError, TrackingConfig
+from whale.core.files import read_jsonl
+from whale.run import tracking
 
 
 def test_missing_backend_is_a_one_line_config_error(monkeypatch):

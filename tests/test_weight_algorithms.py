@@ -13,9 +13,9 @@ import pytest
 
 from tests.test_cli import check_complete_run, run_in_background, whale
 from tests.test_compare import COUNTS, sampled
-from whale.compare import parse_methods
-from whale.config import ConfigError
-from whale.store import read_json, read_jsonl
+from whale.core.config import ConfigError
+from whale.core.files import read_json, read_jsonl
+from whale.studies.compare import parse_methods
 
 PARITY = Path(__file__).parent / "fixtures" / "parity_domain.py"
 METHODS = "whale,whale+dpo,whale+grpo"

@@ -9,14 +9,14 @@ from os import PathLike
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from whale.agent import Agent
+    from whale.deploy.agent import Agent
 
 __version__ = "0.1.0"
 
 
 def load_agent(folder: str | PathLike[str], temperature: float | None = None) -> Agent:
     """Load an exported agent bundle (`whale export`): `load_agent(dir)(task_inputs)` returns the answer
-    and the trace. See whale.agent."""
-    from whale.agent import load_agent as load
+    and the trace. See whale.deploy.agent."""
+    from whale.deploy.agent import load_agent as load
 
     return load(folder, temperature)

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from whale.domains.base import SPLITS, Task, ToolError
-from whale.domains.searchqa import (
+from whale.domains.searchqa.domain import (
     SearchIndex,
     SearchQADomain,
     build_encyclopedia,

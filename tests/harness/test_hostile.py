@@ -26,11 +26,10 @@ from typing import Any
 import pytest
 
 from tests.processes import group_alive
-from whale.harness import pysandbox, validate, worker
+from whale.harness import landlock, pysandbox, validate, worker
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
 from whale.model.engine import Generation, GenerationRequest, SamplingParams
-from whale.search import landlock
 
 SECRET = "GOLD-SECRET-7f3a"  # the marker conftest's AddDomain keeps in every Task.gold
 SAMPLING = SamplingParams(temperature=0.7, max_tokens=4)

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from whale.config import load_config
+from whale.core.config import load_config
 from whale.model.distributed import DistributedTrainer, build_trainer
 from whale.model.trainer import Trainer, TrainExample
 

@@ -195,7 +195,7 @@ def test_other_llama_family_decoders_match_transformers(tokenizer, family: str):
 def test_a_model_outside_the_llama_family_is_a_clear_config_error(tokenizer):
     import transformers
 
-    from whale.config import ConfigError, EngineConfig
+    from whale.core.config import ConfigError, EngineConfig
     from whale.model.backends import build_engine
 
     gpt2 = transformers.GPT2LMHeadModel(

@@ -17,15 +17,15 @@ import pytest
 import torch
 import yaml
 
-from whale.config import ConfigError, RemoteConfig, load_config
-from whale.experiment import Experiment
+from whale.core.config import ConfigError, RemoteConfig, load_config
+from whale.core.files import read_jsonl
+from whale.core.openai_http import EndpointError
 from whale.harness.records import ModelCall, Rollout
 from whale.model.engine import GenerationRequest, SamplingParams, request_seed
 from whale.model.hf_engine import HFEngine
 from whale.model.remote_engine import RemoteEngine
 from whale.model.trainer import Trainer, TrainerConfig, TrainExample
-from whale.openai_http import EndpointError
-from whale.store import read_jsonl
+from whale.run.experiment import Experiment
 
 pytestmark = pytest.mark.slow  # the server process takes seconds to start (torch, the tiny model)
 

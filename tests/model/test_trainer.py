@@ -11,7 +11,7 @@ from whale.harness.records import ModelCall, Rollout
 from whale.model.engine import GenerationRequest, SamplingParams
 from whale.model.hf_engine import HFEngine
 from whale.model.trainer import Trainer, TrainerConfig, TrainExample, token_nll
-from whale.rft import examples_from
+from whale.weights.step import examples_from
 
 QUESTIONS = ["What is 3 + 4?", "Name a fruit.", "hi", "Count to five, please, slowly and clearly."]
 

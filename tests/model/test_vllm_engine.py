@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from whale.config import ConfigError, EngineConfig, load_config
-from whale.experiment import Experiment
+from whale.core.config import ConfigError, EngineConfig, load_config
 from whale.model.backends import build_engine
 from whale.model.engine import GenerationRequest, SamplingParams, request_seed
 from whale.model.hf_engine import chat_prompt_ids
@@ -22,6 +21,7 @@ from whale.model.vllm_engine import (
     lora_slot_rank,
     vllm_sampling_kwargs,
 )
+from whale.run.experiment import Experiment
 
 # Field names of vllm.SamplingParams (vllm/sampling_params.py) that whale sets.
 VLLM_FIELDS = {

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests.processes import alive
-from whale.config import ProposerConfig
+from whale.core.config import ProposerConfig
+from whale.core.files import append_jsonl, atomic_write_json
+from whale.harness import landlock
 from whale.harness.records import HarnessCandidate
-from whale.search import landlock
 from whale.search.agent_proposer import PRESETS, AgentProposer, parse_usage
 from whale.search.archive import Archive
 from whale.search.proposer import ProposalRequest, ProposerUsage, full_brief
-from whale.store import append_jsonl, atomic_write_json
 
 AGENTS = Path(__file__).resolve().parents[1] / "fixtures" / "agents"
 BODY = '\n\ndef run(task, llm, tools):\n    return llm.chat([{"role": "user", "content": PROMPT}])\n'

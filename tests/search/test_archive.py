@@ -1,8 +1,8 @@
 """Archive bookkeeping: code fingerprints, the three-way Pareto frontier, evaluation history."""
 
+from whale.core.files import read_json
 from whale.harness.records import HarnessCandidate
 from whale.search.archive import Archive, CandidateEval, code_fingerprint
-from whale.store import read_json
 
 CODE = 'def run(task, llm, tools):\n    return "1"\n'
 

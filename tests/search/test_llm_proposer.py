@@ -11,12 +11,12 @@ import socket
 import pytest
 from openai_server import ScriptedOpenAI, chat_reply
 
-from whale.config import ProposerConfig
+from whale.core.config import ProposerConfig
+from whale.core.files import read_json
 from whale.harness.records import HarnessCandidate, ModelCall, Rollout, ToolCall
 from whale.search.archive import Archive, CandidateEval
 from whale.search.llm_proposer import LLMProposer, build_messages, parse_reply
 from whale.search.proposer import ProposalRequest, ProposerUsage, full_brief
-from whale.store import read_json
 
 WV = "w-0003"
 BRIEF = full_brief("Add two integers. BRIEF-MARKER-91: a tool `add(a, b)` is available.")

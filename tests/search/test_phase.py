@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from whale.core.files import read_json, read_jsonl
+from whale.core.stats import decide_acceptance
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutRunner, RunnerLimits
-from whale.metrics import decide_acceptance
 from whale.model.engine import SamplingParams
 from whale.search.archive import Archive
-from whale.search.phase import evaluate_candidate, population_iteration, search_iteration, summarize
 from whale.search.proposer import Proposal, ProposalRequest
-from whale.store import read_json, read_jsonl
+from whale.search.step import evaluate_candidate, population_iteration, search_iteration, summarize
 
 WRONG = 'def run(task, llm, tools):\n    llm.chat([{"role": "user", "content": "guess"}])\n    return "0"\n'
 INVALID = "import os\n\n\ndef run(task, llm, tools):\n    return os.getcwd()\n"

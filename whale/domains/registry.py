@@ -8,14 +8,14 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from whale.config import ConfigError, DomainConfig
+from whale.core.config import ConfigError, DomainConfig
 from whale.domains.base import Domain
 
 DOMAIN_METHODS = ("splits", "seed_harness", "toolbox", "verify", "knob_pool")
 BUILTIN = {
     "math": "whale.domains.math:MathDomain",
     "chess": "whale.domains.chess:ChessDomain",
-    "searchqa": "whale.domains.searchqa:SearchQADomain",
+    "searchqa": "whale.domains.searchqa.domain:SearchQADomain",
 }
 
 

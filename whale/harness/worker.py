@@ -526,7 +526,7 @@ def confine() -> dict[str, Any]:
         status["problems"].append("Landlock disabled by WHALE_LANDLOCK=off")
     else:
         try:
-            from whale.search import landlock
+            from whale.harness import landlock
 
             status["landlock"] = landlock.restrict(readable_paths(), [], [])
             status["filesystem"] = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from whale.config import EngineConfig
+from whale.core.config import EngineConfig
 from whale.model.engine import Engine
 
 
@@ -15,7 +15,7 @@ def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) 
 
         return HFEngine(model, tokenizer, max_batch=max_batch)
     if cfg.kind == "fast":
-        from whale.config import ConfigError
+        from whale.core.config import ConfigError
         from whale.model.fast_engine import FastEngine, UnsupportedModel, pick_dtype
 
         try:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from whale.config import Config, WeightsConfig
+from whale.core.config import Config, WeightsConfig
 from whale.model.losses import SFT, Objective
 from whale.model.trainer import Trainer, TrainerConfig, TrainExample, token_nll
 

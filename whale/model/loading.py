@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from whale.store import atomic_build_folder
+from whale.core.files import atomic_build_folder
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -21,10 +21,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from whale.config import RemoteConfig
+from whale.core.config import RemoteConfig
+from whale.core.openai_http import EndpointError, api_key_from_env, chat_url, parse_json, post_json
 from whale.model.engine import Generation, GenerationRequest, SamplingParams, request_seed
 from whale.model.weight_sync import SyncFolders, lora_rank, save_for_serving
-from whale.openai_http import EndpointError, api_key_from_env, chat_url, parse_json, post_json
 
 
 def request_body(model: str, request: GenerationRequest, seed: int, token_ids: bool) -> dict[str, Any]:

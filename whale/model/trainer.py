@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
+from whale.core.files import atomic_write_bytes
 from whale.model.losses import SFT, Objective, dpo_loss, grpo_loss, kl_estimate, sft_loss
-from whale.store import atomic_write_bytes
 
 
 @dataclass

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from whale.config import VLLMConfig
+from whale.core.config import VLLMConfig
 from whale.model.engine import Generation, GenerationRequest, SamplingParams, request_seed
 from whale.model.hf_engine import chat_prompt_ids
 from whale.model.weight_sync import FULL_WEIGHTS_FILE, SyncFolders, lora_rank, model_folder, save_for_serving

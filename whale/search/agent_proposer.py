@@ -16,7 +16,7 @@ every variable whose name starts with one of ENV_PREFIXES (ANTHROPIC_, CLAUDE_, 
 AZURE_OPENAI_, AWS_, GOOGLE_, GEMINI_, VERTEX_, OPENROUTER_), the names listed in `cfg.env`, and
 TMPDIR/TMP/TEMP = the workspace's tmp/.
 
-Containment (whale.search.landlock): on Linux with Landlock the agent is started through an exec wrapper
+Containment (whale.harness.landlock): on Linux with Landlock the agent is started through an exec wrapper
 that restricts it, and everything it starts, to: read the workspace, the system folders (SYSTEM_READ),
 the agent's own install (found from its executable, plus `cfg.readable`) and the Python running the
 wrapper; write proposals/, tmp/, the preset's config paths (~/.claude, ~/.codex) and `cfg.writable`;
@@ -50,11 +50,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from whale.config import ProposerConfig
+from whale.core.config import ProposerConfig
+from whale.core.files import atomic_write_json, read_json
+from whale.harness import landlock
 from whale.harness.records import HarnessCandidate
-from whale.search import landlock
 from whale.search.proposer import Proposal, ProposalRequest, ProposerUsage, budget_spent, session_dir
-from whale.store import atomic_write_json, read_json
 
 PRESETS: dict[str, dict[str, list[str]]] = {
     "claude": {

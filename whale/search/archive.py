@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from whale.core.files import append_jsonl, atomic_write_json, atomic_write_text, read_json, read_jsonl
 from whale.harness.records import HarnessCandidate, Rollout
-from whale.store import append_jsonl, atomic_write_json, atomic_write_text, read_json, read_jsonl
 
 
 @dataclass

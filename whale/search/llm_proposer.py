@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.config import ProposerConfig
+from whale.core.config import ProposerConfig
+from whale.core.files import atomic_write_json, atomic_write_text, read_json, read_jsonl
+from whale.core.openai_http import EndpointError, api_key_from_env, chat_url, parse_json, post_json
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate
-from whale.openai_http import EndpointError, api_key_from_env, chat_url, parse_json, post_json
 from whale.search.archive import Archive, code_fingerprint
 from whale.search.proposer import Proposal, ProposalRequest, ProposerUsage, budget_spent, session_dir
-from whale.store import atomic_write_json, atomic_write_text, read_json, read_jsonl
 
 FAILED_STATUSES = ("failed", "invalid", "duplicate", "rejected")
 RECENT_FAILURES = 8  # failed/invalid/duplicate/rejected candidates listed, newest first

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale.bundle import BundleError, load_bundle_model, verify_bundle
-from whale.metrics import PairedDifference, paired_difference
-from whale.store import read_json
+from whale.core.files import read_json
+from whale.core.stats import PairedDifference, paired_difference
+from whale.deploy.bundle import BundleError, load_bundle_model, verify_bundle
 
 SPLITS = ("val", "test")
 

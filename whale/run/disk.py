@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# Where each kind of file lives in a run directory (see whale.experiment).
+# Where each kind of file lives in a run directory (see whale.run.experiment).
 KINDS = {
     "checkpoints": ("checkpoints",),
     "traces": ("rollouts", "evals"),

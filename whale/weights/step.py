@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from whale.domains.base import Task
-from whale.executor import Executor
 from whale.harness.records import HarnessCandidate, ModelCall, Rollout
 from whale.harness.runner import RolloutJob
 from whale.model.losses import Objective
 from whale.model.trainer import Trainer, TrainExample
+from whale.rollout.executor import Executor
 
 LOSS_OF = {"rft": "sft", "dpo": "dpo", "grpo": "grpo"}  # weights.algorithm -> Objective.kind
 

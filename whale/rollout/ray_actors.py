@@ -28,7 +28,7 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from whale.config import Config, ConfigError, ExecutorConfig, config_from_dict
+from whale.core.config import Config, ConfigError, ExecutorConfig, config_from_dict
 from whale.harness.records import Rollout
 from whale.harness.runner import RolloutJob
 
@@ -75,11 +75,11 @@ class RolloutActor:
         import torch
 
         from whale.domains.registry import build_domain
-        from whale.executor import build_runner
         from whale.model.backends import build_engine
         from whale.model.distributed import pad_id, trainer_config
         from whale.model.loading import load_model
         from whale.model.trainer import Trainer
+        from whale.rollout.executor import build_runner
 
         if os.path.isdir(cwd):
             os.chdir(cwd)  # relative paths in the config (domain files, model folders) mean the driver's

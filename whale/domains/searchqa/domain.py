@@ -492,7 +492,7 @@ class SearchIndex:
     """BM25 over `title + text` of each document; ties broken by corpus order, so results are stable."""
 
     def __init__(self, documents: list[Document]):
-        import bm25s  # deferred: importing whale.domains.searchqa should stay cheap
+        import bm25s  # deferred: importing whale.domains.searchqa.domain should stay cheap
 
         if not documents:
             raise ValueError("searchqa corpus is empty")
@@ -794,7 +794,7 @@ class SearchQADomain:
         return {split: out[split] for split in SPLITS}
 
     def seed_harness(self) -> str:
-        return (Path(__file__).parent / "harnesses" / "searchqa_seed.py").read_text(encoding="utf-8")
+        return (Path(__file__).parents[1] / "harnesses" / "searchqa_seed.py").read_text(encoding="utf-8")
 
     def toolbox(self, task: Task) -> SearchToolbox:
         return SearchToolbox(self.index)

@@ -27,10 +27,10 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from whale.config import ConfigError
-from whale.schedule import HARNESS, WEIGHTS
-from whale.store import atomic_write_text, read_json, read_jsonl
-from whale.summary import harness_diff, run_summary
+from whale.core.config import ConfigError
+from whale.core.files import atomic_write_text, read_json, read_jsonl
+from whale.run.schedule import HARNESS, WEIGHTS
+from whale.run.summary import harness_diff, run_summary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 COLORS = {WEIGHTS: "#4c72b0", HARNESS: "#dd8452"}  # phase shading and bars, in every plot
@@ -763,8 +763,8 @@ def run_report(path: Path) -> str:
 
 def method_table(data: dict[str, Any]) -> str:
     """compare.json's rows, formatted as compare.md formats them."""
-    from whale.compare import MethodRow, Score, headers, table_cells
-    from whale.metrics import PairedDifference
+    from whale.core.stats import PairedDifference
+    from whale.studies.compare import MethodRow, Score, headers, table_cells
 
     rows = []
     for d in data["rows"]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale.bundle import BundleError, bundle_config, load_bundle_model, verify_bundle
+from whale.deploy.bundle import BundleError, bundle_config, load_bundle_model, verify_bundle
 from whale.domains.base import Task
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate, Rollout
@@ -122,8 +122,8 @@ def load_agent(folder: str | Path, temperature: float | None = None) -> Agent:
     manifest = verify_bundle(folder)  # before the heavy imports: a bad bundle is refused at once
 
     from whale.domains.registry import build_domain
-    from whale.executor import build_runner
     from whale.model.backends import build_engine
+    from whale.rollout.executor import build_runner
 
     cfg = bundle_config(folder, manifest, temperature)
     source = (folder / "harness.py").read_text()

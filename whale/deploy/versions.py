@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale.config import ConfigError
-from whale.store import read_jsonl
-from whale.summary import best_val_point
+from whale.core.config import ConfigError
+from whale.core.files import read_jsonl
+from whale.run.summary import best_val_point
 
 
 @dataclass
@@ -28,7 +28,7 @@ class AgentVersion:
     harness: str
     checkpoint: str | None  # folder under checkpoints/ holding the weights; None: the base model
     rollouts: int  # budget rollouts spent when it was evaluated
-    val: dict[str, Any]  # SplitScore of whale.metrics as a dict
+    val: dict[str, Any]  # SplitScore of whale.core.stats as a dict
     test: dict[str, Any]
     missing: str = ""  # why it cannot be exported ("" when it can)
 

@@ -666,7 +666,7 @@ class TimedStepEngine(TimedEngine):
 def bench_rollout(
     model: Any, tokenizer: Any, settings: BenchSettings, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    from whale.config import Config
+    from whale.core.config import Config
     from whale.domains.math import MathDomain
     from whale.harness.records import HarnessCandidate
     from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits

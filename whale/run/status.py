@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from whale.config import ConfigError
-from whale.storage import storage_line
-from whale.store import atomic_write_json, read_json, read_jsonl
+from whale.core.config import ConfigError
+from whale.core.files import atomic_write_json, read_json, read_jsonl
+from whale.run.disk import storage_line
 
 PID_FILE = "run.pid"
 

@@ -9,9 +9,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from whale.schedule import METHODS
+from whale.run.schedule import METHODS
 
-PRESETS = Path(__file__).parent / "presets"
+PRESETS = Path(__file__).parents[1] / "presets"
 
 
 class ConfigError(ValueError):
@@ -169,7 +169,7 @@ class ProposerConfig(Section):
 
 
 class ScheduleConfig(Section):
-    method: Literal[METHODS] = "whale"  # see whale.schedule
+    method: Literal[METHODS] = "whale"  # see whale.run.schedule
     weight_steps: int = Field(4, ge=1)  # E (whale, fast-slow)
     weight_epochs: float | None = Field(None, gt=0)  # E in epochs of the train split; replaces weight_steps
     search_iters: int = Field(2, ge=1)  # I (whale, fast-slow)

@@ -11,7 +11,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from whale.config import ConfigError, TrackingConfig
+from whale.core.config import ConfigError, TrackingConfig
 
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 

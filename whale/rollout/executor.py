@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from whale.config import Config, ConfigError
+from whale.core.config import Config, ConfigError
 from whale.harness.records import Rollout
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
 from whale.model.engine import Engine, SamplingParams
@@ -62,7 +62,7 @@ def build_executor(
 
         return build_runner(cfg, build_engine(cfg.engine, model, tokenizer, cfg.model.max_batch), domain)
     try:
-        from whale.ray_executor import RayExecutor
+        from whale.rollout.ray_actors import RayExecutor
     except ImportError as exc:
         if exc.name != "ray":
             raise

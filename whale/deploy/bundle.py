@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
-from whale.agents import AgentVersion
-from whale.config import Config, ConfigError, config_from_dict
-from whale.store import atomic_build_folder, atomic_write_json, atomic_write_text, read_json, read_jsonl
+from whale.core.config import Config, ConfigError, config_from_dict
+from whale.core.files import atomic_build_folder, atomic_write_json, atomic_write_text, read_json, read_jsonl
+from whale.deploy.versions import AgentVersion
 
 FORMAT = "whale-agent-bundle/1"
 MANIFEST = "manifest.json"

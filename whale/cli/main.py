@@ -12,7 +12,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from whale.config import Config
+    from whale.core.config import Config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Weight-Harness Alternating LEarning.")
 # Long paths and verdicts stay on one line when piped, and tables get room instead of rich's 80 columns.
@@ -38,13 +38,13 @@ def run(
     ] = None,
 ) -> None:
     """Run a WHALE experiment: alternate RFT weight steps and harness search until the budget is spent."""
-    from whale.config import load_config
-    from whale.experiment import Experiment
+    from whale.core.config import load_config
+    from whale.run.experiment import Experiment
 
     if resume is not None:
         import yaml
 
-        from whale.config import config_from_dict
+        from whale.core.config import config_from_dict
 
         cfg_path = resume / "config.yaml"
         if not cfg_path.is_file():
@@ -66,7 +66,7 @@ def run(
 
 
 def _write_report(folder: Path) -> None:
-    from whale.report import write_report
+    from whale.report.pages import write_report
 
     console.print(f"report: {write_report(folder)}")
 
@@ -83,7 +83,7 @@ def report(
 @app.command()
 def domains() -> None:
     """List the domains this installation can run, with their default split sizes."""
-    from whale.config import DomainConfig
+    from whale.core.config import DomainConfig
     from whale.domains.registry import available, build_domain
 
     table = Table(title="domains")
@@ -108,12 +108,12 @@ def _run_harness(
     cfg: Config, name: str, source: str, split: str, k: int, label: str, limit: int | None = None
 ) -> tuple[list, list]:
     """Build domain, model and runner from `cfg`; run k rollouts of the harness on each task of `split`."""
+    from whale.core.progress import track
     from whale.domains.registry import build_domain
-    from whale.executor import build_executor
     from whale.harness.records import HarnessCandidate
     from whale.harness.runner import RolloutJob
     from whale.model.loading import load_model
-    from whale.progress import track
+    from whale.rollout.executor import build_executor
 
     dom = build_domain(cfg.domain)
     splits = dom.splits()
@@ -150,9 +150,9 @@ def eval_(
     """Score a harness under the configured model: mean@k with CI, pass@k, maj@k and the cost."""
     import time
 
-    from whale.config import load_config
-    from whale.experiment import score_rollouts
+    from whale.core.config import load_config
     from whale.harness import validate
+    from whale.run.experiment import score_rollouts
 
     cfg = load_config(preset, None, [*_domain_overrides(domain, domain_file), *(set_ or [])])
     source = _harness_source(harness)
@@ -191,9 +191,9 @@ def compare(
     domain_file: Annotated[Path | None, typer.Option("--domain-file", help="Your own domain file.")] = None,
 ) -> None:
     """Run every method on the same budget, splits and eval cadence; print and write the table and plot."""
-    from whale.compare import compare as run_compare
-    from whale.compare import parse_methods
-    from whale.config import load_config
+    from whale.core.config import load_config
+    from whale.studies.compare import compare as run_compare
+    from whale.studies.compare import parse_methods
 
     chosen = parse_methods(methods)
     overrides = _domain_overrides(domain, domain_file) if domain or domain_file else []
@@ -223,7 +223,7 @@ def results(
     ] = False,
 ) -> None:
     """Run every study behind docs/results.md (each a `whale compare`), summarize it, render the document."""
-    from whale.results import render, run_study, select_studies
+    from whale.studies.results import render, run_study, select_studies
 
     chosen = select_studies(study)
     if not render_only:
@@ -241,7 +241,7 @@ def status(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="Run or comparison directory.")],
 ) -> None:
     """Where a run stands (running, stopped or finished; budget, phase, last evaluation), from its files."""
-    from whale.status import status_lines
+    from whale.run.status import status_lines
 
     for line in status_lines(run_dir):
         console.print(line, highlight=False)
@@ -255,7 +255,7 @@ def bench(
 ) -> None:
     """Engine vs transformers.generate and the matmul roofline, trainer vs a Hugging Face baseline, rollout
     pipeline vs bare engine time, peak memory: side by side in one run, with ratios (docs/performance.md)."""
-    from whale.bench import run_bench
+    from whale.bench.main import run_bench
 
     run_bench(model, out, quick, console)
 
@@ -270,9 +270,9 @@ def agents(
 ) -> None:
     """Every agent version of a run (one per evaluation point: weights version + harness id) with its
     scores, rollouts spent and phase, whether its weights are still on disk, and the run's disk use."""
-    from whale.agents import agent_versions, best_version
-    from whale.storage import storage_line
-    from whale.store import read_json
+    from whale.core.files import read_json
+    from whale.deploy.versions import agent_versions, best_version
+    from whale.run.disk import storage_line
 
     versions = agent_versions(run_dir)
     best = best_version(versions).point if versions else None
@@ -307,9 +307,9 @@ def export(
 ) -> None:
     """Write one agent version as a self-contained bundle: weights, harness, domain tools configuration,
     per-task scores, a manifest with the sha256 of every file, and a README."""
-    from whale.agents import select_version
-    from whale.bundle import export_bundle
-    from whale.storage import folder_bytes, human_bytes
+    from whale.deploy.bundle import export_bundle
+    from whale.deploy.versions import select_version
+    from whale.run.disk import folder_bytes, human_bytes
 
     chosen = select_version(run_dir, version, best)
     if out.exists():
@@ -355,7 +355,7 @@ def agent_(
     """Run the bundled agent on one task and print its answer as JSON (exit 1 when the rollout failed)."""
     import json
 
-    from whale.agent import load_agent, task_from_inputs
+    from whale.deploy.agent import load_agent, task_from_inputs
 
     if (input_ is None) == (task is None):
         raise _user_error("give one of --input JSON or --task ID")
@@ -381,7 +381,7 @@ def serve_(
 ) -> None:
     """Serve the bundled agent over HTTP on 127.0.0.1: POST /run with {"inputs": {...}} or
     {"task_id": ...}, GET /health. Concurrent requests are batched through one engine."""
-    from whale.serve import serve
+    from whale.deploy.serve import serve
 
     serve(bundle, port, temperature, lambda line: console.print(line, highlight=False))
 
@@ -394,7 +394,7 @@ def diff_(
     top: Annotated[int, typer.Option(help="Tensors to list by weight change.")] = 5,
 ) -> None:
     """Harness diff, weight delta norms and the paired score difference B - A with its 95% CI."""
-    from whale.bundle_diff import diff_bundles
+    from whale.deploy.diff import diff_bundles
 
     d = diff_bundles(a, b, split)
     console.print(f"A: agent {d.a['agent']} (point {d.a['point']} of {d.a['run']})", highlight=False)
@@ -530,7 +530,7 @@ def harness_check(
     domain_file: Annotated[Path | None, typer.Option("--domain-file", help="Your own domain file.")] = None,
 ) -> None:
     """Static validation, then a smoke test in the sandbox; says exactly what is wrong."""
-    from whale.config import load_config
+    from whale.core.config import load_config
     from whale.harness import validate
 
     source = _harness_source(file)
@@ -597,16 +597,16 @@ def print_summary(summary: dict, out_dir: Path) -> None:
 
 
 def _user_error(message: str) -> Exception:
-    from whale.config import ConfigError
+    from whale.core.config import ConfigError
 
     return ConfigError(message)
 
 
 def main() -> None:
-    from whale.config import ConfigError
+    from whale.core.config import ConfigError
+    from whale.core.openai_http import EndpointError
     from whale.harness.validate import HarnessInvalid
     from whale.model.loading import ModelLoadError
-    from whale.openai_http import EndpointError
 
     sys.stdout.reconfigure(line_buffering=True)  # progress lines appear promptly when piped to a file
     try:

@@ -27,11 +27,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from whale.config import ALGORITHMS, Config, ConfigError, config_from_dict
-from whale.metrics import PairedDifference, bootstrap_ci, paired_difference
-from whale.schedule import METHODS
-from whale.store import atomic_write_json, atomic_write_text, read_json, read_jsonl
-from whale.summary import best_val_point
+from whale.core.config import ALGORITHMS, Config, ConfigError, config_from_dict
+from whale.core.files import atomic_write_json, atomic_write_text, read_json, read_jsonl
+from whale.core.stats import PairedDifference, bootstrap_ci, paired_difference
+from whale.run.schedule import METHODS
+from whale.run.summary import best_val_point
 
 
 @dataclass
@@ -108,7 +108,7 @@ def differing_keys(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> li
 
 def ensure_run(cfg: Config, folder: Path, console: Console, siblings: list[Path] = ()) -> None:
     """Run, resume or reuse the method's run in `folder`; `siblings` may lend their start evaluation."""
-    from whale.experiment import Experiment
+    from whale.run.experiment import Experiment
 
     if (folder / "state.json").exists():
         saved = config_from_dict(yaml.safe_load((folder / "config.yaml").read_text()), str(folder))

@@ -24,8 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from whale.agent import Agent, AgentAnswer, task_from_inputs
-from whale.config import ConfigError
+from whale.core.config import ConfigError
+from whale.deploy.agent import Agent, AgentAnswer, task_from_inputs
 from whale.domains.base import Task
 
 HOST = "127.0.0.1"
@@ -171,7 +171,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def serve(folder: Path, port: int, temperature: float | None, announce: Any = print) -> None:
     """Serve the bundle until SIGINT or SIGTERM; stops the sandbox workers on the way out."""
-    from whale.agent import load_agent
+    from whale.deploy.agent import load_agent
 
     try:
         server = AgentServer(port)

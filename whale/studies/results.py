@@ -21,7 +21,13 @@ from typing import Any
 
 from rich.console import Console
 
-from whale.compare import (
+from whale.core.config import ConfigError, load_config
+from whale.core.files import atomic_write_json, atomic_write_text, read_json
+from whale.core.stats import PairedDifference
+from whale.report.pages import attribute_gains, gain_per_1000
+from whale.run.schedule import HARNESS, WEIGHTS
+from whale.run.summary import best_val_point
+from whale.studies.compare import (
     RunData,
     best_test_point,
     build_rows,
@@ -34,12 +40,6 @@ from whale.compare import (
     run_all,
     table_cells,
 )
-from whale.config import ConfigError, load_config
-from whale.metrics import PairedDifference
-from whale.report import attribute_gains, gain_per_1000
-from whale.schedule import HARNESS, WEIGHTS
-from whale.store import atomic_write_json, atomic_write_text, read_json
-from whale.summary import best_val_point
 
 SIX = ("whale", "whale-adaptive", "weight-only", "harness-only", "stagewise", "fast-slow")
 PAPER_MIN_GAIN = 0.0415  # the paper's smallest reported margin of whale over a baseline (4.15 points)

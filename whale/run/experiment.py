@@ -12,7 +12,7 @@ Run directory:
     search/                the archive (see whale.search.archive)
     checkpoints/<unit>/    trainable weights + optimizer; those of evaluation points and phase switches are
                            kept (thinned by `checkpoints.keep_every`), so every evaluation point is an
-                           agent version `whale export` can rebuild (whale.agents)
+                           agent version `whale export` can rebuild (whale.deploy.versions)
     state.json             the commit point: written last, atomically, after every unit of work
 
 Resume reads state.json, cuts every JSONL back to the length it had at that commit, drops archive
@@ -32,35 +32,8 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from whale.budget import Budget
-from whale.config import Config, ConfigError, config_from_dict
-from whale.domains.registry import build_domain
-from whale.executor import build_executor
-from whale.harness import validate
-from whale.harness.records import HarnessCandidate, Rollout
-from whale.harness.runner import RolloutJob
-from whale.metrics import SplitScore, score_split
-from whale.model.distributed import build_trainer
-from whale.model.loading import check_model_name
-from whale.model.losses import Objective
-from whale.model.trainer import training_units
-from whale.progress import track
-from whale.rft import LOSS_OF, build_batch, sample, train_on
-from whale.schedule import HARNESS, WEIGHTS, ScheduleState, SinglePhase, UnitReport, build_schedule
-from whale.search.archive import Archive, CandidateEval
-from whale.search.mutation import MutationProposer
-from whale.search.phase import evaluate_candidate, population_iteration, search_iteration
-from whale.search.proposer import (
-    Proposal,
-    ProposalRequest,
-    Proposer,
-    ProposerUsage,
-    budget_spent,
-    full_brief,
-)
-from whale.status import claim, release
-from whale.storage import folder_bytes, retained_checkpoints
-from whale.store import (
+from whale.core.config import Config, ConfigError, config_from_dict
+from whale.core.files import (
     append_jsonl,
     atomic_write_json,
     atomic_write_text,
@@ -69,8 +42,35 @@ from whale.store import (
     read_jsonl,
     truncate_jsonl,
 )
-from whale.summary import run_summary
-from whale.tracking import Tracker, check_tracking
+from whale.core.progress import track
+from whale.core.stats import SplitScore, score_split
+from whale.domains.registry import build_domain
+from whale.harness import validate
+from whale.harness.records import HarnessCandidate, Rollout
+from whale.harness.runner import RolloutJob
+from whale.model.distributed import build_trainer
+from whale.model.loading import check_model_name
+from whale.model.losses import Objective
+from whale.model.trainer import training_units
+from whale.rollout.executor import build_executor
+from whale.run.budget import Budget
+from whale.run.disk import folder_bytes, retained_checkpoints
+from whale.run.schedule import HARNESS, WEIGHTS, ScheduleState, SinglePhase, UnitReport, build_schedule
+from whale.run.status import claim, release
+from whale.run.summary import run_summary
+from whale.run.tracking import Tracker, check_tracking
+from whale.search.archive import Archive, CandidateEval
+from whale.search.mutation import MutationProposer
+from whale.search.proposer import (
+    Proposal,
+    ProposalRequest,
+    Proposer,
+    ProposerUsage,
+    budget_spent,
+    full_brief,
+)
+from whale.search.step import evaluate_candidate, population_iteration, search_iteration
+from whale.weights.step import LOSS_OF, build_batch, sample, train_on
 
 LOGS = ("events.jsonl", "evals.jsonl", "rollouts/train.jsonl", "search/evolution_summary.jsonl")
 
@@ -727,7 +727,7 @@ def score_rollouts(rollouts: list[Rollout], tasks: list[Any]) -> SplitScore:
 
 
 def summarize_run(out: Path) -> dict[str, Any]:
-    """The run's summary (see whale.summary), also written to summary.json."""
+    """The run's summary (see whale.run.summary), also written to summary.json."""
     summary = run_summary(out)
     if summary is None:
         raise ConfigError(f"{out}: no evaluation points yet")

@@ -1,7 +1,7 @@
 """A run's headline numbers from its files: before/after, best test, test at best validation, the diff.
 
 Pure reads (no torch, nothing written), so the report and `whale status` can use it on a live run;
-`whale.experiment.summarize_run` writes the same thing to summary.json when a run ends.
+`whale.run.experiment.summarize_run` writes the same thing to summary.json when a run ends.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from whale.store import read_json, read_jsonl
+from whale.core.files import read_json, read_jsonl
 
 
 def harness_diff(search: Path, final: str) -> str:

@@ -1,0 +1,5 @@
+"""`python -m whale.cli`."""
+
+from whale.cli.main import main
+
+main()
