@@ -12,7 +12,8 @@ import pytest
 import torch
 from rich.console import Console
 
-from whale.domains.base import SPLITS, Task, ToolError
+from whale.domains.base import SPLITS
+from whale.harness.task import Task, ToolError
 from whale.model.engine import Generation, GenerationRequest
 from whale.model.hf_engine import chat_prompt_ids
 from whale.model.loading import load_model, tiny_model

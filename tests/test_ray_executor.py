@@ -25,7 +25,8 @@ from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutJob
 from whale.model.backends import build_engine
 from whale.model.distributed import build_trainer
-from whale.rollout.executor import build_executor, build_runner
+from whale.rollout.build import build_executor
+from whale.rollout.executor import build_runner
 from whale.rollout.ray_actors import RayExecutor, connect
 from whale.run.experiment import Experiment
 

@@ -1,4 +1,4 @@
-"""`whale.report.pages`: the HTML report of a run or a comparison, on hand-made and on real tiny runs."""
+"""`whale.report.run_page`: the HTML report of a run or a comparison, on hand-made and on real tiny runs."""
 
 from __future__ import annotations
 
@@ -18,13 +18,8 @@ import yaml
 
 from whale.core.config import ConfigError
 from whale.core.files import read_json
-from whale.report.pages import (
-    attribute_gains,
-    bottleneck_verdict,
-    gain_per_1000,
-    phase_intervals,
-    write_report,
-)
+from whale.report.write import write_report
+from whale.studies.bottleneck import attribute_gains, bottleneck_verdict, gain_per_1000, phase_intervals
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RUN_SECTIONS = ("summary", "cost", "curves", "rft", "search", "lineage", "diff", "bottleneck", "points")

@@ -4,7 +4,6 @@ from pathlib import Path
 import chess
 import pytest
 
-from whale.domains.base import Task, ToolError
 from whale.domains.chess import (
     ChessDomain,
     ChessToolbox,
@@ -16,6 +15,7 @@ from whale.domains.chess import (
 )
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.task import Task, ToolError
 from whale.harness.validate import problems
 from whale.model.engine import Generation, GenerationRequest, SamplingParams
 from whale.search.mutation import find_knobs, set_knobs

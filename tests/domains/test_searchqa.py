@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from whale.domains.base import SPLITS, Task, ToolError
+from whale.domains.base import SPLITS
 from whale.domains.searchqa.domain import (
     SearchIndex,
     SearchQADomain,
@@ -16,6 +16,7 @@ from whale.domains.searchqa.domain import (
 )
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.task import Task, ToolError
 from whale.harness.validate import problems
 from whale.model.engine import Generation, GenerationRequest, SamplingParams
 from whale.search.mutation import find_knobs, set_knobs

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.processes import alive
-from whale.domains.base import Task
 from whale.domains.math import MathDomain
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.task import Task
 from whale.model.engine import Generation, GenerationRequest, SamplingParams
 from whale.search.mutation import set_knobs
 

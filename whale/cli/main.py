@@ -66,7 +66,7 @@ def run(
 
 
 def _write_report(folder: Path) -> None:
-    from whale.report.pages import write_report
+    from whale.report.write import write_report
 
     console.print(f"report: {write_report(folder)}")
 
@@ -113,7 +113,7 @@ def _run_harness(
     from whale.harness.records import HarnessCandidate
     from whale.harness.runner import RolloutJob
     from whale.model.loading import load_model
-    from whale.rollout.executor import build_executor
+    from whale.rollout.build import build_executor
 
     dom = build_domain(cfg.domain)
     splits = dom.splits()

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from whale.deploy.bundle import BundleError, bundle_config, load_bundle_model, verify_bundle
-from whale.domains.base import Task
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutJob, RolloutRunner
+from whale.harness.task import Task
 
 MAX_INPUT_CHARS = 100_000  # one task's inputs as JSON, as the runner caps a prompt
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from whale.core.config import ConfigError
 from whale.deploy.agent import Agent, AgentAnswer, task_from_inputs
-from whale.domains.base import Task
+from whale.harness.task import Task
 
 HOST = "127.0.0.1"
 MAX_BODY = 1 << 20

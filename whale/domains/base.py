@@ -1,37 +1,30 @@
 """The domain seam: what a task family gives whale (splits, tools, verifier, seed harness, proposer pool).
 
-A domain runs in the parent process. Harness code in sandbox workers only ever sees `Task.inputs`; gold
-answers stay in `Task.gold` and are read by `verify` in the parent.
+A domain author imports everything from here (Task, ToolError and Toolbox are defined with the runner, in
+whale.harness.task). A domain runs in the parent process. Harness code in sandbox workers only ever sees
+`Task.inputs`; gold answers stay in `Task.gold` and are read by `verify` in the parent.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from whale.harness.task import Task, Toolbox, ToolError
+
+__all__ = [
+    "SPLITS",
+    "Domain",
+    "Task",
+    "ToolError",
+    "Toolbox",
+    "read_jsonl_rows",
+    "read_user_text",
+    "utf8_error",
+]
+
 SPLITS = ("train", "search", "val", "test")
-
-
-@dataclass(frozen=True)
-class Task:
-    id: str
-    inputs: dict[str, Any]
-    gold: dict[str, Any]
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-class ToolError(Exception):
-    """A tool refused a call (bad arguments, illegal input); the harness sees it as an exception."""
-
-
-class Toolbox(Protocol):
-    """Per-rollout tool state. `call` serves one tool call from the harness; `names` lists the tools."""
-
-    names: tuple[str, ...]
-
-    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any: ...
 
 
 class Domain(Protocol):

@@ -22,7 +22,8 @@ from typing import Any
 import chess
 import chess.pgn
 
-from whale.domains.base import SPLITS, Task, ToolError, utf8_error
+from whale.domains.base import SPLITS, utf8_error
+from whale.harness.task import Task, ToolError
 
 DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
 SOURCES = ("mate1", "lichess", "pgn")

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale.domains.base import SPLITS, Task, ToolError, read_jsonl_rows
+from whale.domains.base import SPLITS, read_jsonl_rows
+from whale.harness.task import Task, ToolError
 
 NAMES = (
     "Sam",

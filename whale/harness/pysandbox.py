@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from whale.domains.base import ToolError
 from whale.harness import validate
+from whale.harness.task import ToolError
 from whale.harness.worker import MAX_FRAME, report_degraded, sandbox_status_problems
 
 MAX_OUTPUT = 4000

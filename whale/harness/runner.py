@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.domains.base import Domain, Task, Toolbox, ToolError
 from whale.harness.records import HarnessCandidate, ModelCall, Rollout, ToolCall
+from whale.harness.task import Task, Toolbox, ToolError, Verifier
 from whale.harness.worker import MAX_LOG_CHARS, MAX_LOG_ENTRIES, report_degraded, sandbox_status_problems
 from whale.model.engine import Engine, Generation, GenerationRequest, SamplingParams
 
@@ -119,7 +119,7 @@ class RolloutRunner:
     def __init__(
         self,
         engine: Engine,
-        domain: Domain,
+        domain: Verifier,
         sampling: SamplingParams,
         limits: RunnerLimits | None = None,
         seed: int = 0,

@@ -47,6 +47,9 @@ import types
 import warnings
 from typing import Any
 
+from whale.harness.task import ToolError
+from whale.harness.validate import HarnessInvalid
+
 PRELOADED = ("re", "math", "json", "collections", "itertools", "functools", "statistics", "random", "string")
 # Modules the allowed ones import lazily (Counter.most_common -> heapq, ...), or the compiler does
 # (unicodedata, for non-ASCII identifiers): loaded before the audit hook goes up, because the hook refuses
@@ -83,20 +86,12 @@ WITHHELD = {"functools": ("singledispatch", "singledispatchmethod")}
 _MISSING = object()
 
 
-class ToolError(Exception):
-    """Raised inside the harness when a tool call is refused."""
-
-
 class LLMError(Exception):
     """Raised inside the harness when a model call is malformed."""
 
 
 class ChannelClosed(BaseException):
     """The parent closed the pipe or broke the protocol: the worker exits."""
-
-
-class HarnessInvalid(Exception):
-    """The harness breaks the contract (syntax, no run(), a result that is not a string)."""
 
 
 class Channel:

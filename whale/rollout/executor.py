@@ -1,5 +1,6 @@
 """The executor seam: who runs rollout jobs. `local` is the in-process RolloutRunner; `ray` spreads the
-jobs over Ray actors (whale/ray_executor.py). Experiments, harness search and `whale eval` see only this.
+jobs over Ray actors (whale/rollout/ray_actors.py); whale/rollout/build.py picks one. Experiments, harness
+search and `whale eval` see only this.
 
 Every model call is seeded from (run seed, task, sample, salt, call index), never from the batch it lands
 in, so which executor (or which actor) ran a job does not change its rollout.
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from whale.core.config import Config, ConfigError
+from whale.core.config import Config
 from whale.harness.records import Rollout
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
 from whale.model.engine import Engine, SamplingParams
@@ -50,21 +51,3 @@ def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
     return RolloutRunner(
         engine, domain, SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens), limits, cfg.seed
     )
-
-
-def build_executor(
-    cfg: Config, model: Any, tokenizer: Any, domain: Any, weights: WeightSource | None
-) -> Executor:
-    """The configured executor serving `model` as version w0. `weights` is the trainer whose updates it
-    will serve (None: the model as loaded by name, never updated, e.g. `whale eval`)."""
-    if cfg.executor.kind == "local":
-        from whale.model.backends import build_engine
-
-        return build_runner(cfg, build_engine(cfg.engine, model, tokenizer, cfg.model.max_batch), domain)
-    try:
-        from whale.rollout.ray_actors import RayExecutor
-    except ImportError as exc:
-        if exc.name != "ray":
-            raise
-        raise ConfigError("executor.kind=ray needs Ray: pip install 'whale[ray]'") from None
-    return RayExecutor(cfg, weights)

@@ -52,7 +52,7 @@ from whale.model.distributed import build_trainer
 from whale.model.loading import check_model_name
 from whale.model.losses import Objective
 from whale.model.trainer import training_units
-from whale.rollout.executor import build_executor
+from whale.rollout.build import build_executor
 from whale.run.budget import Budget
 from whale.run.disk import folder_bytes, retained_checkpoints
 from whale.run.schedule import HARNESS, WEIGHTS, ScheduleState, SinglePhase, UnitReport, build_schedule

@@ -20,11 +20,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from whale.core.config import METHODS
+
 WEIGHTS, HARNESS = "weights", "harness"
-METHODS = (
-    "whale", "whale-adaptive", "weight-only", "harness-only", "stagewise", "stagewise-harness-first",
-    "fast-slow",
-)  # fmt: skip
 
 
 def other(kind: str) -> str:

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from whale.core.stats import decide_acceptance
-from whale.domains.base import Task
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutJob
+from whale.harness.task import Task
 from whale.rollout.executor import Executor
 from whale.search.archive import Archive, CandidateEval, code_fingerprint
 from whale.search.mutation import signature

@@ -27,10 +27,9 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from whale.core.config import ALGORITHMS, Config, ConfigError, config_from_dict
+from whale.core.config import ALGORITHMS, METHODS, Config, ConfigError, config_from_dict
 from whale.core.files import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from whale.core.stats import PairedDifference, bootstrap_ci, paired_difference
-from whale.run.schedule import METHODS
 from whale.run.summary import best_val_point
 
 

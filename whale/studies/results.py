@@ -24,9 +24,9 @@ from rich.console import Console
 from whale.core.config import ConfigError, load_config
 from whale.core.files import atomic_write_json, atomic_write_text, read_json
 from whale.core.stats import PairedDifference
-from whale.report.pages import attribute_gains, gain_per_1000
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import best_val_point
+from whale.studies.bottleneck import attribute_gains, gain_per_1000
 from whale.studies.compare import (
     RunData,
     best_test_point,

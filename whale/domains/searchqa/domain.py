@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.domains.base import SPLITS, Task, ToolError, read_jsonl_rows
+from whale.domains.base import SPLITS, read_jsonl_rows
+from whale.harness.task import Task, ToolError
 
 DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
 DEFAULT_N_DOCS = 2000

@@ -1,0 +1,147 @@
+"""Which side carried a run's gains: test gain between evaluation points, apportioned to the weight and
+harness phases by the budget each spent in between."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from whale.run.schedule import HARNESS, WEIGHTS
+
+SEARCH_EVENTS = ("search_iteration", "reeval")
+
+
+def unit_kind(event: dict[str, Any]) -> str | None:
+    """The phase kind that spent an event's rollouts: weights, harness, or None for other events."""
+    if event.get("event") == "weight_step":
+        return WEIGHTS
+    if event.get("event") in SEARCH_EVENTS:
+        return HARNESS
+    return None
+
+
+def unit_rollouts(event: dict[str, Any]) -> int:
+    """Budget rollouts spent by one weight step, search iteration or re-evaluation."""
+    return int(event.get("total", 0) if event.get("event") == "weight_step" else event.get("spent", 0))
+
+
+def start_kind(config: dict[str, Any], events: list[dict[str, Any]]) -> str:
+    """The first phase: the first switch says where it came from, else the first unit, else the config."""
+    for e in events:
+        if e.get("event") == "phase_switch":
+            return e["from"]
+        if unit_kind(e):
+            return unit_kind(e)
+    schedule = config.get("schedule", {})
+    method = schedule.get("method", "whale")
+    if method in ("harness-only", "stagewise-harness-first"):
+        return HARNESS
+    if method in ("weight-only", "stagewise"):
+        return WEIGHTS
+    return schedule.get("start", WEIGHTS)
+
+
+def phase_intervals(kind: str, events: list[dict[str, Any]], end: float) -> list[tuple[str, float, float]]:
+    """(kind, first rollout, last rollout) of every phase, from the phase_switch events."""
+    out, start = [], 0.0
+    for e in events:
+        if e.get("event") == "phase_switch":
+            out.append((e.get("from", kind), start, float(e["rollouts"])))
+            kind, start = e["to"], float(e["rollouts"])
+    out.append((kind, start, max(end, start)))
+    return [(k, a, b) for k, a, b in out if b > a]
+
+
+@dataclass
+class Interval:
+    """The test score change between two consecutive evaluation points and who spent the rollouts."""
+
+    start_point: int
+    end_point: int
+    start_rollouts: int
+    end_rollouts: int
+    change: float  # test mean@k at end_point minus at start_point
+    weight_rollouts: int
+    harness_rollouts: int
+    within_ci: bool  # the two points' test CIs overlap: the change is within noise
+
+    @property
+    def spent(self) -> int:
+        return self.weight_rollouts + self.harness_rollouts
+
+    def gain(self, kind: str) -> float:
+        """The share of the change attributed to `kind`, in proportion to the rollouts it spent."""
+        if not self.spent:
+            return 0.0
+        return self.change * (self.weight_rollouts if kind == WEIGHTS else self.harness_rollouts) / self.spent
+
+
+def attribute_gains(points: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[Interval]:
+    """One Interval per pair of consecutive evaluation points. An event belongs to the interval in which
+    its cumulative `rollouts` (recorded after it ran) falls: start < rollouts <= end."""
+    out = []
+    for a, b in zip(points, points[1:], strict=False):
+        spent = {WEIGHTS: 0, HARNESS: 0}
+        for e in events:
+            kind = unit_kind(e)
+            if kind and a["rollouts"] < e.get("rollouts", 0) <= b["rollouts"]:
+                spent[kind] += unit_rollouts(e)
+        ta, tb = a["test"], b["test"]
+        overlap = tb["ci_low"] <= ta["ci_high"] and ta["ci_low"] <= tb["ci_high"]
+        out.append(
+            Interval(
+                a["point"],
+                b["point"],
+                a["rollouts"],
+                b["rollouts"],
+                tb["mean"] - ta["mean"],
+                spent[WEIGHTS],
+                spent[HARNESS],
+                overlap,
+            )
+        )
+    return out
+
+
+def gain_per_1000(intervals: list[Interval]) -> dict[str, float | None]:
+    """Attributed test gain per 1,000 rollouts for each phase kind (None when it spent none)."""
+    out: dict[str, float | None] = {}
+    for kind in (WEIGHTS, HARNESS):
+        spent = sum(i.weight_rollouts if kind == WEIGHTS else i.harness_rollouts for i in intervals)
+        out[kind] = 1000 * sum(i.gain(kind) for i in intervals) / spent if spent else None
+    return out
+
+
+def bottleneck_verdict(intervals: list[Interval]) -> str:
+    """One plain sentence on which side moved test accuracy more, with the noise caveat."""
+    rates = gain_per_1000(intervals)
+    w, h = rates[WEIGHTS], rates[HARNESS]
+    noisy = sum(i.within_ci for i in intervals)
+    caveat = (
+        f" This is an attribution by rollout share, not an ablation; {noisy} of {len(intervals)} "
+        "interval(s) changed by less than the 95% CIs, and differences within the CI are noise."
+    )
+    if w is None and h is None:
+        return "No budget rollouts were spent between evaluation points: nothing to attribute."
+    if w is None or h is None:
+        only = "weight" if h is None else "harness"
+        rate = w if h is None else h
+        return f"Only {only} phases spent rollouts ({rate:+.4f} test mean per 1,000 rollouts)." + caveat
+    if noisy == len(intervals):
+        return (
+            f"Neither side measurably moved test accuracy: weight phases {w:+.4f} and harness phases "
+            f"{h:+.4f} per 1,000 rollouts, but every change is within the 95% CIs, i.e. noise."
+        )
+    if math.isclose(w, h, rel_tol=1e-9, abs_tol=1e-12):
+        return (
+            f"Both sides moved test accuracy at the same rate ({w:+.4f} per 1,000 rollouts): every interval "
+            "mixed them in the same proportion, so a split by rollout share cannot tell them apart." + caveat
+        )
+    more, less = ("weight", "harness") if w > h else ("harness", "weight")
+    hi, lo = max(w, h), min(w, h)
+    verb = "moved test accuracy more" if hi > 0 else "lost less test accuracy (neither side gained)"
+    return (
+        f"{more.capitalize()} phases {verb}: {hi:+.4f} test mean per 1,000 rollouts, "
+        f"against {lo:+.4f} for {less} phases." + caveat
+    )
