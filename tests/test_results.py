@@ -12,14 +12,9 @@ from rich.console import Console
 from tests.test_cli import assert_user_error, whale
 from whale.core.files import read_json
 from whale.core.stats import PairedDifference
-from whale.studies.compare import RunData, build_rows
-from whale.studies.results import (
+from whale.studies.claims import (
     FLOOR,
     PAPER_MIN_GAIN,
-    SIX,
-    STUDIES,
-    Study,
-    StudySummary,
     claim_a,
     claim_b,
     claim_c,
@@ -27,15 +22,12 @@ from whale.studies.results import (
     claim_e,
     fisher_greater,
     gain_verdict,
-    load_summary,
-    mean_curve,
-    render,
-    run_study,
     search_acceptance,
-    section_run_time,
-    section_weight_steps,
     unchanged_challengers,
 )
+from whale.studies.compare import RunData, build_rows, mean_curve
+from whale.studies.plan import SIX, STUDIES, Study, StudySummary, load_summary
+from whale.studies.results import render, run_study, section_run_time, section_weight_steps
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 TASKS = ("t0", "t1", "t2", "t3", "t4")

@@ -223,7 +223,8 @@ def results(
     ] = False,
 ) -> None:
     """Run every study behind docs/results.md (each a `whale compare`), summarize it, render the document."""
-    from whale.studies.results import render, run_study, select_studies
+    from whale.studies.plan import select_studies
+    from whale.studies.results import render, run_study
 
     chosen = select_studies(study)
     if not render_only:

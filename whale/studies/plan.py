@@ -1,0 +1,102 @@
+"""The studies behind docs/results.md: which presets, methods, seeds and overrides each runs, and the
+small summary each keeps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whale.core.config import ConfigError
+from whale.core.files import read_json
+from whale.studies.compare import (
+    RunData,
+)
+
+SIX = ("whale", "whale-adaptive", "weight-only", "harness-only", "stagewise", "fast-slow")
+
+
+@dataclass(frozen=True)
+class Study:
+    """One `whale compare` invocation: a preset, overrides, methods and seeds."""
+
+    name: str  # docs/results/<name>.json
+    title: str
+    preset: str
+    methods: tuple[str, ...]
+    seeds: int = 3
+    overrides: tuple[str, ...] = ()
+    folder: str = ""  # run folder under --runs; studies that share runs name the same folder
+
+    @property
+    def runs_folder(self) -> str:
+        return self.folder or self.name
+
+
+PHASE_ABLATION = {  # label -> (E weight steps, I search iterations); (2, 1) is the math study's whale
+    "E2-I1": (2, 1),
+    "E2-I3": (2, 3),
+    "E6-I1": (6, 1),
+    "E6-I3": (6, 3),
+}
+
+
+STUDIES: tuple[Study, ...] = (
+    Study("math", "Math word problems", "results-math", SIX),
+    Study("searchqa", "Multi-hop search QA", "results-searchqa", SIX),
+    Study("chess", "Chess mate-in-one", "results-chess", SIX),
+    Study(
+        "math-algorithms",
+        "Math: the weight phase's algorithm (RFT, DPO, GRPO) under whale",
+        "results-math",
+        ("whale", "whale+dpo", "whale+grpo"),
+        folder="math",
+    ),
+    *(
+        Study(
+            f"math-phases-{label}",
+            f"Math: whale with E={e} weight steps and I={i} search iterations per phase",
+            "results-math",
+            ("whale",),
+            overrides=(f"schedule.weight_steps={e}", f"schedule.search_iters={i}"),
+            folder="math" if (e, i) == (2, 1) else f"math-phases-{label}",
+        )
+        for label, (e, i) in PHASE_ABLATION.items()
+    ),
+)
+
+
+def summary_path(docs: Path, study: Study) -> Path:
+    return docs / "results" / f"{study.name}.json"
+
+
+@dataclass
+class StudySummary:
+    study: Study
+    meta: dict[str, Any]
+    runs: dict[str, list[RunData]] = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return int(self.meta["k"])
+
+
+def load_summary(docs: Path, study: Study) -> StudySummary | None:
+    path = summary_path(docs, study)
+    if not path.is_file():
+        return None
+    meta = read_json(path)
+    runs: dict[str, list[RunData]] = {m: [] for m in meta["methods"]}
+    for r in meta.pop("runs"):
+        runs[r["method"]].append(RunData(**r))
+    return StudySummary(study, meta, runs)
+
+
+def select_studies(names: list[str] | None) -> list[Study]:
+    if not names:
+        return list(STUDIES)
+    known = {s.name: s for s in STUDIES}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"--study: unknown study {unknown[0]!r}; known: {', '.join(known)}")
+    return [known[n] for n in names]
