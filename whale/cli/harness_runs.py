@@ -1,0 +1,51 @@
+"""Running one harness file on a domain split: shared by `whale eval` and `whale harness check`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from whale.cli.app import console, user_error
+
+if TYPE_CHECKING:
+    from whale.core.config import Config
+
+
+def domain_overrides(name: str, file: Path | None) -> list[str]:
+    """Config overrides selecting a built-in domain, or a user's domain file (whose stem names it)."""
+    if file is None:
+        return [f"domain={name}"]
+    return [f"domain={file.stem}", f"domain.file={file}"]
+
+
+def run_harness(
+    cfg: Config, name: str, source: str, split: str, k: int, label: str, limit: int | None = None
+) -> tuple[list, list]:
+    """Build domain, model and runner from `cfg`; run k rollouts of the harness on each task of `split`."""
+    from whale.core.progress import track
+    from whale.domains.registry import build_domain
+    from whale.harness.records import HarnessCandidate
+    from whale.harness.runner import RolloutJob
+    from whale.model.loading import load_model
+    from whale.rollout.build import build_executor
+
+    dom = build_domain(cfg.domain)
+    splits = dom.splits()
+    if split not in splits:
+        raise user_error(f"--split {split}: expected one of {', '.join(splits)}")
+    tasks = splits[split][:limit]
+    model, tokenizer = load_model(cfg.model.name, cfg.seed)
+    runner = build_executor(cfg, model, tokenizer, dom, weights=None)
+    candidate = HarnessCandidate(name, source)
+    try:
+        with track(console, label, len(tasks) * k) as tick:
+            rollouts = runner.run([RolloutJob(t, candidate, s) for t in tasks for s in range(k)], tick)
+    finally:
+        runner.close()
+    return tasks, rollouts
+
+
+def harness_source(path: Path) -> str:
+    if not path.is_file():
+        raise user_error(f"harness file not found: {path}")
+    return path.read_text()

@@ -1,0 +1,254 @@
+"""Commands that run and read experiments: `whale run`, `eval`, `compare`, `results`, `status`, `report`,
+`domains`, `bench`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.syntax import Syntax
+from rich.table import Table
+
+from whale.cli.app import app, console, user_error
+from whale.cli.harness_runs import domain_overrides, harness_source, run_harness
+
+
+@app.command()
+def run(
+    preset: Annotated[str | None, typer.Option(help="Preset name: default (SmolLM2) or tiny.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config file.")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override: key.sub=value (repeatable).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Run directory (default runs/<name>).")] = None,
+    resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory.")] = None,
+    domain_file: Annotated[
+        Path | None, typer.Option("--domain-file", help="Your own domain: a Python file with make_domain().")
+    ] = None,
+) -> None:
+    """Run a WHALE experiment: alternate RFT weight steps and harness search until the budget is spent."""
+    from whale.core.config import load_config
+    from whale.run.experiment import Experiment
+
+    if resume is not None:
+        import yaml
+
+        from whale.core.config import config_from_dict
+
+        cfg_path = resume / "config.yaml"
+        if not cfg_path.is_file():
+            raise user_error(f"--resume {resume}: no config.yaml there (not a whale run directory)")
+        cfg = config_from_dict(yaml.safe_load(cfg_path.read_text()), str(cfg_path))
+        out_dir = resume
+    else:
+        overrides = list(set_ or [])
+        if domain_file is not None:
+            overrides += domain_overrides("", domain_file)
+        cfg = load_config(preset, config, overrides)
+        out_dir = out or Path("runs") / cfg.name
+    console.print(
+        f"[bold]whale[/bold] {cfg.name}: model={cfg.model.name} domain={cfg.domain.name} -> {out_dir}"
+    )
+    summary = Experiment(cfg, out_dir, console, resume=resume is not None).run()
+    print_summary(summary, out_dir)
+    _write_report(out_dir)
+
+
+def _write_report(folder: Path) -> None:
+    from whale.report.write import write_report
+
+    console.print(f"report: {write_report(folder)}")
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Run or comparison directory.")],
+) -> None:
+    """Write DIR/report.html: curves with phases shaded, RFT and search progress, lineage, the harness
+    diff, the weight-vs-harness bottleneck view and cost; for a comparison, the method table too."""
+    _write_report(run_dir)
+
+
+@app.command()
+def domains() -> None:
+    """List the domains this installation can run, with their default split sizes."""
+    from whale.core.config import DomainConfig
+    from whale.domains.registry import available, build_domain
+
+    table = Table(title="domains")
+    for col in ("name", "source", "train", "search", "val", "test", "about"):
+        table.add_column(col)
+    for name, target in sorted(available().items()):
+        domain = build_domain(DomainConfig(name=name))
+        sizes = {k: str(len(v)) for k, v in domain.splits().items()}
+        about = domain.brief.strip().splitlines()[0][:60]
+        table.add_row(name, target, sizes["train"], sizes["search"], sizes["val"], sizes["test"], about)
+    console.print(table)
+
+
+@app.command("eval")
+def eval_(
+    harness: Annotated[Path, typer.Option(help="Harness file to score.")],
+    domain: Annotated[str, typer.Option(help="Domain name.")] = "math",
+    split: Annotated[str, typer.Option(help="train, search, val or test.")] = "test",
+    k: Annotated[int, typer.Option(help="Samples per task.")] = 8,
+    preset: Annotated[str | None, typer.Option(help="Preset for model, sampling and sizes.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.sub=value.")] = None,
+    domain_file: Annotated[Path | None, typer.Option("--domain-file", help="Your own domain file.")] = None,
+) -> None:
+    """Score a harness under the configured model: mean@k with CI, pass@k, maj@k and the cost."""
+    import time
+
+    from whale.core.config import load_config
+    from whale.harness import validate
+    from whale.run.experiment import score_rollouts
+
+    cfg = load_config(preset, None, [*domain_overrides(domain, domain_file), *(set_ or [])])
+    source = harness_source(harness)
+    problems = validate.problems(source)
+    if problems:
+        raise user_error(f"{harness}: {problems[0]}")
+    start = time.monotonic()
+    tasks, rollouts = run_harness(cfg, harness.stem, source, split, k, f"{harness.name} on {domain}/{split}")
+    score = score_rollouts(rollouts, tasks)
+    errors = sum(r.error is not None for r in rollouts)
+    console.print(
+        f"{harness.name} on {domain}/{split} ({len(tasks)} tasks, k={k}, model {cfg.model.name}): "
+        f"mean@{k} {score.mean:.3f} [{score.ci_low:.3f}, {score.ci_high:.3f}], "
+        f"pass@{k} {score.pass_at_k:.3f}, maj@{k} {score.maj_at_k:.3f}"
+    )
+    console.print(
+        f"cost: {len(rollouts)} rollouts, {sum(len(r.calls) for r in rollouts)} model calls, "
+        f"{sum(r.generated_tokens for r in rollouts)} generated tokens, {time.monotonic() - start:.1f}s; "
+        f"{errors} rollouts ended in an error"
+    )
+
+
+@app.command()
+def compare(
+    domain: Annotated[str | None, typer.Option(help="Domain name (default: the preset's).")] = None,
+    methods: Annotated[
+        str, typer.Option(help="Comma-separated methods; the first is the reference of paired differences.")
+    ] = "whale,whale-adaptive,weight-only,harness-only,stagewise,fast-slow",
+    seeds: Annotated[int, typer.Option(help="Runs per method, with seeds seed, seed+1, ...")] = 1,
+    preset: Annotated[str | None, typer.Option(help="Preset name: default (SmolLM2) or tiny.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML config file.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.sub=value.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Comparison directory (default runs/compare-<name>).")
+    ] = None,
+    domain_file: Annotated[Path | None, typer.Option("--domain-file", help="Your own domain file.")] = None,
+) -> None:
+    """Run every method on the same budget, splits and eval cadence; print and write the table and plot."""
+    from whale.core.config import load_config
+    from whale.studies.compare import compare as run_compare
+    from whale.studies.compare import parse_methods
+
+    chosen = parse_methods(methods)
+    overrides = domain_overrides(domain, domain_file) if domain or domain_file else []
+    cfg = load_config(preset, config, [*overrides, *(set_ or [])])
+    out_dir = out or Path("runs") / f"compare-{cfg.name}-{cfg.domain.name}"
+    console.print(
+        f"[bold]whale compare[/bold]: {', '.join(chosen)} x {seeds} seed(s) on {cfg.domain.name}, "
+        f"{cfg.schedule.budget_rollouts} rollouts each -> {out_dir}"
+    )
+    run_compare(cfg, chosen, seeds, out_dir, console)
+    _write_report(out_dir)
+
+
+@app.command()
+def results(
+    runs: Annotated[Path, typer.Option(help="Where the studies' run folders go (resumed, reused).")] = Path(
+        "runs/results"
+    ),
+    docs: Annotated[Path, typer.Option(help="Docs folder: results/<study>.json and results.md.")] = Path(
+        "docs"
+    ),
+    study: Annotated[
+        list[str] | None, typer.Option("--study", help="Only this study (repeatable); default: all.")
+    ] = None,
+    render_only: Annotated[
+        bool, typer.Option("--render-only", help="Only re-render results.md from the summaries.")
+    ] = False,
+) -> None:
+    """Run every study behind docs/results.md (each a `whale compare`), summarize it, render the document."""
+    from whale.studies.plan import select_studies
+    from whale.studies.results import render, run_study
+
+    chosen = select_studies(study)
+    if not render_only:
+        for s in chosen:
+            console.print(
+                f"[bold]study {s.name}[/bold]: {s.preset}, {', '.join(s.methods)} x {s.seeds} seeds"
+            )
+            console.print(f"summary written to {run_study(s, runs, docs, console)}")
+    path = render(docs, docs / "results" / "discussion.md")
+    console.print(f"rendered {path}")
+
+
+@app.command()
+def status(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="Run or comparison directory.")],
+) -> None:
+    """Where a run stands (running, stopped or finished; budget, phase, last evaluation), from its files."""
+    from whale.run.status import status_lines
+
+    for line in status_lines(run_dir):
+        console.print(line, highlight=False)
+
+
+@app.command()
+def bench(
+    model: Annotated[str, typer.Option(help="embedded, tiny, or a model folder.")] = "embedded",
+    out: Annotated[Path, typer.Option(help="Where bench.json goes.")] = Path("bench/results"),
+    quick: Annotated[bool, typer.Option(help="Small sizes: a smoke run in well under a minute.")] = False,
+) -> None:
+    """Engine vs transformers.generate and the matmul roofline, trainer vs a Hugging Face baseline, rollout
+    pipeline vs bare engine time, peak memory: side by side in one run, with ratios (docs/performance.md)."""
+    from whale.bench.main import run_bench
+
+    run_bench(model, out, quick, console)
+
+
+def print_summary(summary: dict, out_dir: Path) -> None:
+    table = Table(title="evaluation points")
+    for col in (
+        "point",
+        "label",
+        "weights",
+        "harness",
+        "rollouts",
+        "val mean@k [95% CI]",
+        "test mean@k [95% CI]",
+    ):
+        table.add_column(col)
+    for p in summary["points"]:
+        v, t = p["val"], p["test"]
+        table.add_row(
+            str(p["point"]), p["label"], p["weights"], p["harness"], str(p["rollouts"]),
+            f"{v['mean']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]",
+            f"{t['mean']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]",
+        )  # fmt: skip
+    console.print(table)
+    before, after = summary["before"], summary["after"]
+    console.print(
+        f"test mean@k: before {before['mean']:.3f} [{before['ci_low']:.3f}, {before['ci_high']:.3f}] -> "
+        f"after {after['mean']:.3f} [{after['ci_low']:.3f}, {after['ci_high']:.3f}]"
+    )
+    bt, sv = summary["best_test"], summary["test_at_best_val"]
+    console.print(f"best test mean@k {bt['mean']:.3f} (point {bt['point']}); "
+                  f"test at best-validation checkpoint {sv['mean']:.3f} (point {sv['point']})")  # fmt: skip
+    b = summary["budget"]
+    console.print(
+        f"budget: {b['train_rollouts'] + b['search_rollouts']} rollouts ({b['train_rollouts']} train, "
+        f"{b['search_rollouts']} search; {b['eval_rollouts']} eval not charged), "
+        f"{b['model_calls']} model calls, "
+        f"{b['generated_tokens']} tokens, {b['wall_s']:.0f}s"
+    )
+    if summary["harness_diff"]:
+        console.print(f"[bold]accepted harness {summary['final_harness']} vs seed:[/bold]")
+        console.print(Syntax(summary["harness_diff"], "diff", word_wrap=True))
+    else:
+        console.print("harness: the seed was kept (no challenger passed the paired significance test)")
+    console.print(f"written to {out_dir}/ (summary.json, evals.jsonl, events.jsonl, search/, checkpoints/)")
