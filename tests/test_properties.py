@@ -23,9 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from whale.core.config import PRESETS, Config, ConfigError, config_from_dict, load_config
-from whale.domains.chess import Puzzle, load_lichess_csv, load_pgn_puzzles
+from whale.domains.chess_files import load_lichess_csv, load_pgn_puzzles
+from whale.domains.chess_puzzles import Puzzle
 from whale.domains.math import load_gsm8k_jsonl
-from whale.domains.searchqa.domain import Document, load_qa_jsonl
+from whale.domains.searchqa.corpus import Document
+from whale.domains.searchqa.domain import load_qa_jsonl
 from whale.harness.task import Task
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,15 +4,9 @@ from pathlib import Path
 import chess
 import pytest
 
-from whale.domains.chess import (
-    ChessDomain,
-    ChessToolbox,
-    generate_mate_in_one,
-    load_lichess_csv,
-    load_pgn_puzzles,
-    mating_moves,
-    position_key,
-)
+from whale.domains.chess import ChessDomain, ChessToolbox
+from whale.domains.chess_files import load_lichess_csv, load_pgn_puzzles
+from whale.domains.chess_puzzles import generate_mate_in_one, mating_moves, position_key
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
 from whale.harness.task import Task, ToolError

@@ -5,7 +5,8 @@ import re
 import pytest
 
 from whale.domains.base import SPLITS
-from whale.domains.math import MathDomain, MathToolbox, calculator, load_gsm8k_jsonl
+from whale.domains.math import MathDomain, load_gsm8k_jsonl
+from whale.domains.math_tools import MathToolbox, calculator
 from whale.harness.task import Task, ToolError
 
 SMALL = {"train": 200, "search": 16, "val": 16, "test": 32}

@@ -5,15 +5,10 @@ import time
 import pytest
 
 from whale.domains.base import SPLITS
-from whale.domains.searchqa.domain import (
-    SearchIndex,
-    SearchQADomain,
-    build_encyclopedia,
-    contains,
-    load_qa_jsonl,
-    normalize_answer,
-    token_f1,
-)
+from whale.domains.searchqa.corpus import build_encyclopedia
+from whale.domains.searchqa.domain import SearchQADomain, load_qa_jsonl
+from whale.domains.searchqa.index import SearchIndex
+from whale.domains.searchqa.text import contains, normalize_answer, token_f1
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
 from whale.harness.task import Task, ToolError

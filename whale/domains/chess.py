@@ -9,290 +9,30 @@ the progress through the line, and `verify` reads its outcome.
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import hashlib
-import random
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import chess
 import chess.pgn
 
-from whale.domains.base import SPLITS, utf8_error
+from whale.domains.base import SPLITS
+from whale.domains.chess_files import load_lichess_csv, load_pgn_puzzles
+from whale.domains.chess_puzzles import UCI_MOVE, Puzzle, generate_mate_in_one, position_key, side_name
 from whale.harness.task import Task, ToolError
 
 DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
 SOURCES = ("mate1", "lichess", "pgn")
-LICHESS_COLUMNS = ("PuzzleId", "FEN", "Moves")
 MAX_MOVE_CHARS = 16
-UCI_MOVE = re.compile(r"[a-h][1-8][a-h][1-8][qrbn]?")
-
-# Generator piece mix: the attacker always has a queen or rook and up to two more pieces; the defender has
-# up to four, mostly pawns, which are often put beside its king as a shelter (back-rank style mates).
-ATTACKER_PIECES = "QQRRRBNP"
-DEFENDER_PIECES = "PPPPPRBNQ"
-DEFENDER_KING_RANKS = (7, 7, 7, 7, 6, 5, 4)
-PAWN_SQUARES = tuple(range(8, 56))
-
-
-@dataclass(frozen=True)
-class Puzzle:
-    fen: str  # the position the solver moves from
-    line: tuple[str, ...]  # UCI: solver, opponent, solver, ..., solver
-    source: str
-    mates: tuple[str, ...] = ()  # mate-in-1 only: every mating move (any of them solves)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def position_key(fen: str) -> str:
-    """The FEN without its move counters: two puzzles with the same key are the same position."""
-    return " ".join(fen.split()[:4])
-
-
-def side_name(color: chess.Color) -> str:
-    return "white" if color == chess.WHITE else "black"
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Generated mate-in-1 puzzles
 
 
-def random_position(rng: random.Random) -> chess.Board:
-    """Kings plus a few pieces at random, white to move, the black king usually near its back rank."""
-    pieces: dict[int, chess.Piece] = {}
-    black_king = chess.square(rng.randrange(8), rng.choice(DEFENDER_KING_RANKS))
-    pieces[black_king] = chess.Piece(chess.KING, chess.BLACK)
-    white_king = rng.randrange(64)
-    while chess.square_distance(white_king, black_king) <= 1:
-        white_king = rng.randrange(64)
-    pieces[white_king] = chess.Piece(chess.KING, chess.WHITE)
-    specs = [(chess.WHITE, rng.choice("QR"))]
-    specs += [(chess.WHITE, rng.choice(ATTACKER_PIECES)) for _ in range(rng.randint(0, 2))]
-    specs += [(chess.BLACK, rng.choice(DEFENDER_PIECES)) for _ in range(rng.randint(0, 4))]
-    file, rank = chess.square_file(black_king), chess.square_rank(black_king)
-    for color, symbol in specs:
-        piece_type = chess.PIECE_SYMBOLS.index(symbol.lower())
-        for _ in range(8):  # a few tries for a free square; the piece is dropped if none is found
-            if piece_type == chess.PAWN and color == chess.BLACK and rng.random() < 0.7:
-                square = chess.square(min(7, max(0, file + rng.randint(-1, 1))), max(1, min(6, rank - 1)))
-            elif piece_type == chess.PAWN:
-                square = rng.choice(PAWN_SQUARES)
-            else:
-                square = rng.randrange(64)
-            if square not in pieces:
-                pieces[square] = chess.Piece(piece_type, color)
-                break
-    board = chess.Board.empty()
-    board.set_piece_map(pieces)
-    board.turn = chess.WHITE
-    return board
-
-
-def mating_moves(board: chess.Board) -> tuple[list[chess.Move], int]:
-    """The legal moves that checkmate at once, and how many legal moves there are in all."""
-    mates, total = [], 0
-    for move in board.legal_moves:
-        total += 1
-        board.push(move)
-        if board.is_checkmate():
-            mates.append(move)
-        board.pop()
-    return mates, total
-
-
-def mirrored(move: chess.Move) -> chess.Move:
-    return chess.Move(
-        chess.square_mirror(move.from_square), chess.square_mirror(move.to_square), move.promotion
-    )
-
-
-def random_mate_in_one(rng: random.Random) -> Puzzle | None:
-    """One try: a valid, not game-over position with a mating move and a non-mating one, else None.
-
-    Half the puzzles are mirrored (colours swapped, board flipped) so black is to move."""
-    board = random_position(rng)
-    if not board.is_valid() or board.is_game_over():
-        return None
-    mates, total = mating_moves(board)
-    if not mates or total == len(mates):
-        return None
-    if rng.random() < 0.5:
-        board, mates = board.mirror(), [mirrored(m) for m in mates]
-    ucis = sorted(m.uci() for m in mates)
-    return Puzzle(board.fen(), (ucis[0],), "mate1", tuple(ucis))
-
-
-def generate_mate_in_one(seed: int | str, n: int, exclude: set[str] | None = None) -> list[Puzzle]:
-    """`n` mate-in-1 puzzles with distinct positions (none whose `position_key` is in `exclude`)."""
-    rng = random.Random(seed)
-    seen = set(exclude or ())
-    puzzles: list[Puzzle] = []
-    attempts = 0
-    while len(puzzles) < n:
-        attempts += 1
-        if attempts > 1000 * n + 10_000:
-            raise ValueError(f"could not generate {n} distinct mate-in-1 puzzles")
-        puzzle = random_mate_in_one(rng)
-        if puzzle is not None and position_key(puzzle.fen) not in seen:
-            seen.add(position_key(puzzle.fen))
-            puzzles.append(puzzle)
-    return puzzles
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Loaded puzzles
-
-
-def check_line(board: chess.Board, moves: list[str]) -> str | None:
-    """Why `moves` (UCI) is not a playable solution line from `board`, or None when it is."""
-    if board.is_game_over():
-        return "the puzzle position is already game over"
-    if len(moves) % 2 == 0:
-        return f"the solution has {len(moves)} moves; it must end with the solver's move (an odd count)"
-    board = board.copy(stack=False)
-    for i, text in enumerate(moves, start=1):
-        try:
-            move = chess.Move.from_uci(text)
-        except ValueError:
-            return f"solution move {i} {text!r} is not UCI"
-        if not board.is_legal(move):
-            return f"solution move {i} {text!r} is illegal in {board.fen()}"
-        board.push(move)
-    return None
-
-
-def load_lichess_csv(path: str | Path) -> list[Puzzle]:
-    """Lichess puzzle rows. The first of `Moves` is the opponent's and is played to form the puzzle
-    position; the rest is the solution line. A malformed row fails with `path:line: reason`."""
-    puzzles = []
-    with contextlib.closing(_csv_rows(path)) as rows:
-        _, header = next(rows, (1, None))
-        if header is None or any(c not in header for c in LICHESS_COLUMNS):
-            raise ValueError(f"{path}:1: expected a header with columns {', '.join(LICHESS_COLUMNS)}")
-        col = {name: i for i, name in enumerate(header)}
-        for lineno, row in rows:
-            if not row or not "".join(row).strip():
-                continue
-            if len(row) != len(header):
-                raise ValueError(f"{path}:{lineno}: expected {len(header)} columns, got {len(row)}")
-            fen = row[col["FEN"]]
-            try:
-                board = chess.Board(fen)
-            except ValueError:
-                raise ValueError(f"{path}:{lineno}: invalid FEN {_shown(fen)}") from None
-            if not board.is_valid():
-                raise ValueError(f"{path}:{lineno}: FEN {_shown(fen)} is not a legal position")
-            moves = row[col["Moves"]].split()
-            if len(moves) < 2:
-                raise ValueError(f"{path}:{lineno}: Moves needs the opponent's move and a solution")
-            try:
-                opening = UCI_MOVE.fullmatch(moves[0]) and chess.Move.from_uci(moves[0])
-            except ValueError:  # well-formed but no move, e.g. a1a1
-                opening = None
-            if not opening or not board.is_legal(opening):
-                raise ValueError(
-                    f"{path}:{lineno}: the opponent's first move {_shown(moves[0])} is not legal UCI"
-                )
-            board.push(opening)
-            problem = check_line(board, moves[1:])
-            if problem is not None:
-                raise ValueError(f"{path}:{lineno}: {problem}")
-            meta: dict[str, Any] = {"puzzle_id": row[col["PuzzleId"]], "file_line": lineno}
-            if "Rating" in col:
-                rating = row[col["Rating"]].strip()
-                if not re.fullmatch(r"-?[0-9]{1,9}", rating):
-                    raise ValueError(f"{path}:{lineno}: Rating {_shown(rating)} is not an integer")
-                meta["rating"] = int(rating)
-            if "Themes" in col:
-                meta["themes"] = row[col["Themes"]].split()
-            puzzles.append(Puzzle(board.fen(), tuple(moves[1:]), "lichess", meta=meta))
-    return puzzles
-
-
-def _csv_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
-    """(line number, cells) of each CSV record, streamed; decoding and CSV errors name path:line."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        reader = csv.reader(f)
-        while True:
-            try:
-                row = next(reader, None)
-            except UnicodeDecodeError:
-                raise utf8_error(path) from None
-            except csv.Error as e:  # an unterminated quote, a field over csv's size limit
-                raise ValueError(f"{path}:{reader.line_num}: malformed CSV ({e})") from None
-            if row is None:
-                return
-            yield reader.line_num, row
-
-
-def _shown(text: str, limit: int = 100) -> str:
-    """repr(text) for an error message, cut to `limit` characters (a field may be huge)."""
-    return repr(text if len(text) <= limit else text[:limit] + "...")
-
-
-class StrictGameBuilder(chess.pgn.GameBuilder):
-    """Raise on the first PGN error instead of logging it and carrying on."""
-
-    def handle_error(self, error: Exception) -> None:
-        raise error
-
-
-class LineCountingReader:
-    """A text handle for chess.pgn that remembers the first non-blank line of the current game."""
-
-    def __init__(self, f: Any):
-        self.f = f
-        self.lineno = 0
-        self.game_start = 0
-
-    def readline(self) -> str:
-        line = self.f.readline()
-        if line:
-            self.lineno += 1
-            if not self.game_start and line.strip():
-                self.game_start = self.lineno
-        return line
-
-
-def load_pgn_puzzles(path: str | Path) -> list[Puzzle]:
-    """PGN games whose [FEN] tag is the puzzle position and whose mainline is the solution line."""
-    puzzles = []
-    with open(path, encoding="utf-8-sig") as f:
-        reader = LineCountingReader(f)
-        while True:
-            reader.game_start = 0
-            try:
-                game = chess.pgn.read_game(reader, Visitor=StrictGameBuilder)  # type: ignore[arg-type]
-            except UnicodeDecodeError:
-                raise utf8_error(path) from None
-            except ValueError as e:
-                message = " ".join(str(e).split())[:300]
-                raise ValueError(f"{path}:{reader.game_start or max(reader.lineno, 1)}: {message}") from None
-            if game is None:
-                break
-            lineno = reader.game_start
-            fen = game.headers.get("FEN")
-            if not fen:
-                raise ValueError(f"{path}:{lineno}: game has no [FEN] tag with the puzzle position")
-            board = game.board()
-            if type(board) is not chess.Board or board.chess960:  # the toolbox plays standard chess only
-                variant = _shown(game.headers.get("Variant", ""))
-                raise ValueError(f"{path}:{lineno}: variant {variant} is not supported (standard chess only)")
-            if not board.is_valid():
-                raise ValueError(f"{path}:{lineno}: FEN {_shown(fen)} is not a legal position")
-            moves = [m.uci() for m in game.mainline_moves()]
-            if not moves:
-                raise ValueError(f"{path}:{lineno}: game has no solution moves")
-            problem = check_line(board, moves)
-            if problem is not None:
-                raise ValueError(f"{path}:{lineno}: {problem}")
-            meta = {"file_line": lineno, **{k: v for k, v in game.headers.items() if k in ("Event", "Site")}}
-            puzzles.append(Puzzle(board.fen(), tuple(moves), "pgn", meta=meta))
-    return puzzles
 
 
 # ---------------------------------------------------------------------------------------------------------
