@@ -31,8 +31,9 @@ import torch  # noqa: E402
 from whale.core.config import EngineConfig, VLLMConfig  # noqa: E402
 from whale.model.backends import build_engine  # noqa: E402
 from whale.model.engine import GenerationRequest, SamplingParams  # noqa: E402
-from whale.model.hf_engine import HFEngine, chat_prompt_ids  # noqa: E402
+from whale.model.hf_engine import HFEngine
 from whale.model.loading import load_model  # noqa: E402
+from whale.model.sampling import chat_prompt_ids
 from whale.model.trainer import Trainer, TrainerConfig, TrainExample, target_logprobs  # noqa: E402
 
 TARGET = " The answer is 42."

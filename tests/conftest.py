@@ -15,8 +15,8 @@ from rich.console import Console
 from whale.domains.base import SPLITS
 from whale.harness.task import Task, ToolError
 from whale.model.engine import Generation, GenerationRequest
-from whale.model.hf_engine import chat_prompt_ids
 from whale.model.loading import load_model, tiny_model
+from whale.model.sampling import chat_prompt_ids
 
 SHARP_PROBE = "What is 2 plus 3? Explain it in detail, step by step, with many words."
 

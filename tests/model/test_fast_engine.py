@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import torch
 
+from whale.model.dtype_probe import bf16_numerics, pick_dtype
 from whale.model.engine import GenerationRequest, SamplingParams
-from whale.model.fast_engine import FastEngine, bf16_numerics, pick_dtype
+from whale.model.fast_engine import FastEngine
 from whale.model.hf_engine import HFEngine
 from whale.model.trainer import Trainer, TrainerConfig, TrainExample, target_logprobs
 

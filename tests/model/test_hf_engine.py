@@ -10,7 +10,8 @@ import torch
 
 from whale.model.engine import GenerationRequest, SamplingParams
 from whale.model.fast_engine import FastEngine
-from whale.model.hf_engine import HFEngine, chat_prompt_ids, sample_next
+from whale.model.hf_engine import HFEngine
+from whale.model.sampling import chat_prompt_ids, sample_next
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 PROMPTS = [

@@ -12,7 +12,7 @@ import pytest
 from whale.core.config import ConfigError, EngineConfig, load_config
 from whale.model.backends import build_engine
 from whale.model.engine import GenerationRequest, SamplingParams, request_seed
-from whale.model.hf_engine import chat_prompt_ids
+from whale.model.sampling import chat_prompt_ids
 from whale.model.vllm_engine import (
     MISSING,
     finish_reason,

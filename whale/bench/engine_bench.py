@@ -52,7 +52,7 @@ def run_hf_generate(
     import torch
     from transformers import GenerationConfig
 
-    from whale.model.hf_engine import chat_prompt_ids
+    from whale.model.sampling import chat_prompt_ids
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     config = GenerationConfig(
@@ -100,8 +100,9 @@ def bench_engine(
 
     "engine" is whale's default engine (FastEngine, fp32 here: see `dtype_reason`); "plain_engine" is
     HFEngine, whale's engine over transformers' forward, kept as the reference implementation."""
+    from whale.model.dtype_probe import pick_dtype
     from whale.model.engine import GenerationRequest, SamplingParams
-    from whale.model.fast_engine import FastEngine, pick_dtype
+    from whale.model.fast_engine import FastEngine
     from whale.model.hf_engine import HFEngine
 
     greedy = SamplingParams(temperature=0.0, max_tokens=settings.max_new_tokens)

@@ -53,7 +53,7 @@ from typing import Any
 from whale.harness.records import HarnessCandidate, ModelCall, Rollout, ToolCall
 from whale.harness.task import Task, Toolbox, ToolError, Verifier
 from whale.harness.worker import MAX_LOG_CHARS, MAX_LOG_ENTRIES, report_degraded, sandbox_status_problems
-from whale.model.engine import Engine, Generation, GenerationRequest, SamplingParams
+from whale.model.engine import Engine, Generation, GenerationRequest, SamplingParams, StepEngine
 
 MAX_FRAME = 4 << 20
 MAX_ERROR_CHARS = 1000
@@ -127,7 +127,7 @@ class RolloutRunner:
         self.engine = engine
         # An engine that takes requests one by one (FastEngine) gets each model call the moment it is made
         # and is stepped while harnesses compute; others get one batch once every busy worker waits.
-        self.continuous = hasattr(engine, "submit") and hasattr(engine, "step")
+        self.continuous = isinstance(engine, StepEngine)
         self._owners: dict[int, _Worker] = {}  # engine handle -> worker, in continuous mode
         self.domain = domain
         self.sampling = sampling

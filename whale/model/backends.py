@@ -16,7 +16,9 @@ def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) 
         return HFEngine(model, tokenizer, max_batch=max_batch)
     if cfg.kind == "fast":
         from whale.core.config import ConfigError
-        from whale.model.fast_engine import FastEngine, UnsupportedModel, pick_dtype
+        from whale.model.dtype_probe import pick_dtype
+        from whale.model.fast_engine import FastEngine
+        from whale.model.packed_weights import UnsupportedModel
 
         try:
             dtype, _ = pick_dtype(model, tokenizer, cfg.dtype)

@@ -41,7 +41,7 @@ def resolve_train_dtype(choice: str, model: Any) -> str:
     """The trainer's compute dtype: "auto" is bfloat16 only where its matmuls measure clearly faster."""
     if choice != "auto":
         return choice
-    from whale.model.fast_engine import bf16_matmul_speedup
+    from whale.model.dtype_probe import bf16_matmul_speedup
 
     return "bfloat16" if bf16_matmul_speedup(model) >= 1.25 else "float32"
 

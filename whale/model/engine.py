@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,25 @@ class Engine(Protocol):
     weights_version: str
 
     def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]: ...
+
+
+@runtime_checkable
+class StepEngine(Engine, Protocol):
+    """An engine that takes requests one at a time (continuous batching, FastEngine): the runner submits
+    each model call as it arrives and steps the engine between polls of the workers."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether any submitted request is still decoding."""
+        ...
+
+    def submit(self, request: GenerationRequest, seed: int) -> int: ...
+
+    def step(self) -> list[tuple[int, Generation]]:
+        """One decoding step; the requests it finished, by the handle `submit` gave them."""
+        ...
+
+    def cancel(self, handles: set[int] | None = None) -> None: ...
 
 
 def request_seed(request: GenerationRequest, batch_seed: int, index: int) -> int:

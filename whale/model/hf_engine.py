@@ -12,74 +12,7 @@ from typing import Any
 import torch
 
 from whale.model.engine import Generation, GenerationRequest, SamplingParams
-
-
-def chat_prompt_ids(
-    tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = True
-) -> list[int]:
-    """Token ids of a chat prompt, ending with the assistant turn header."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
-    if hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
-
-
-def next_token_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Per-row probabilities with HF/vLLM semantics: temperature (> 0), then top_k, then top_p."""
-    logits = logits.float() / params.temperature
-    if params.top_k > 0 and params.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        probs = sorted_logits.softmax(-1)
-        drop = probs.cumsum(-1) - probs > params.top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    return logits.softmax(-1)
-
-
-def sampled_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log p(token) per row at `temperature` (<= 0 counts as 1), before top-k/top-p (see Generation)."""
-    scale = temperature if temperature > 0 else 1.0
-    return torch.log_softmax(logits.float() / scale, -1).gather(-1, tokens[:, None]).squeeze(-1)
-
-
-def sample_next(
-    logits: torch.Tensor,
-    params: SamplingParams,
-    gen: torch.Generator,
-    row_gens: list[torch.Generator | None] | None = None,
-) -> torch.Tensor:
-    """Sample one token per row; temperature 0 is argmax.
-
-    A row with its own generator in `row_gens` draws from it alone, so its sample does not depend on the
-    other rows; the remaining rows draw together, in one multinomial, from the shared `gen`.
-    """
-    if params.temperature <= 0:
-        return logits.argmax(-1)
-    probs = next_token_probs(logits, params)
-    row_gens = row_gens or [None] * len(probs)
-    shared = [pos for pos, g in enumerate(row_gens) if g is None]
-    if len(shared) == len(probs):
-        return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-    out = torch.empty(len(probs), dtype=torch.long)
-    if shared:
-        out[shared] = torch.multinomial(probs[shared], 1, generator=gen).squeeze(-1)
-    own = [pos for pos, g in enumerate(row_gens) if g is not None]
-    if own:
-        out[own] = inverse_cdf_draw(probs[own], [row_gens[pos] for pos in own])
-    return out
-
-
-def inverse_cdf_draw(probs: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
-    """One token per row from one uniform of that row's generator (so no row depends on another), found
-    in the row's cumulative distribution. One batched cumsum instead of a multinomial per row: at 128
-    rows over a 49k vocabulary the per-row loop was a fifth of a decode step."""
-    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in gens])
-    cdf = probs.double().cumsum(-1)
-    picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
-    return picked.clamp_(max=probs.shape[-1] - 1)
+from whale.model.sampling import chat_prompt_ids, eos_token_ids, finish_check, sample_next, sampled_logprobs
 
 
 class HFEngine:
@@ -217,31 +150,6 @@ class HFEngine:
 
     def _decode_text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-
-def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
-    """Every id that ends a completion: the model's generation config and the tokenizer's EOS."""
-    config = getattr(model, "generation_config", None)
-    eos = config.eos_token_id if config is not None else None
-    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    ids.add(tokenizer.eos_token_id)
-    return {int(i) for i in ids if i is not None}
-
-
-def finish_check(
-    tokenizer: Any, eos_ids: set[int], tok: int, completion: list[int], params: SamplingParams
-) -> tuple[str | None, str | None]:
-    """(finish reason or None, the text cut before a stop string when one matched)."""
-    if tok in eos_ids:
-        return "eos", None
-    if params.stop:
-        text = tokenizer.decode(completion, skip_special_tokens=True)
-        cut = min((text.find(s) for s in params.stop if s in text), default=-1)
-        if cut >= 0:
-            return "stop", text[:cut]
-    if len(completion) >= params.max_tokens:
-        return "length", None
-    return None, None
 
 
 def _common_prefix_len(seqs: list[list[int]]) -> int:

@@ -25,7 +25,7 @@ from typing import Any
 
 from whale.core.config import VLLMConfig
 from whale.model.engine import Generation, GenerationRequest, SamplingParams, request_seed
-from whale.model.hf_engine import chat_prompt_ids
+from whale.model.sampling import chat_prompt_ids
 from whale.model.weight_sync import FULL_WEIGHTS_FILE, SyncFolders, lora_rank, model_folder, save_for_serving
 
 MISSING = "engine.kind=vllm: vLLM is not installed (pip install 'whale[gpu]', on a machine with a CUDA GPU)"

@@ -684,7 +684,7 @@ def resolve_engine_dtype(cfg: Config, model: Any, tokenizer: Any) -> tuple[Confi
     choice) and what to log about it."""
     if cfg.engine.kind != "fast":
         return cfg, f"the model's ({cfg.engine.kind} engine)"
-    from whale.model.fast_engine import pick_dtype
+    from whale.model.dtype_probe import pick_dtype
 
     dtype, why = pick_dtype(model, tokenizer, cfg.engine.dtype)
     name = str(dtype).removeprefix("torch.")
