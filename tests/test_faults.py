@@ -33,8 +33,9 @@ from whale.core.files import (
     read_jsonl,
     truncate_jsonl,
 )
+from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import HarnessCandidate
-from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.runner import RolloutRunner
 from whale.model.engine import SamplingParams
 from whale.search.agent_proposer import AgentProposer
 from whale.search.archive import Archive

@@ -21,8 +21,8 @@ from tests.test_cli import assert_user_error, whale
 from whale.core.config import ConfigError, ExecutorConfig, load_config
 from whale.core.files import read_json, read_jsonl
 from whale.domains.registry import build_domain
+from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate
-from whale.harness.runner import RolloutJob
 from whale.model.backends import build_engine
 from whale.model.distributed import build_trainer
 from whale.rollout.build import build_executor

@@ -7,8 +7,9 @@ import pytest
 from whale.domains.chess import ChessDomain, ChessToolbox
 from whale.domains.chess_files import load_lichess_csv, load_pgn_puzzles
 from whale.domains.chess_puzzles import generate_mate_in_one, mating_moves, position_key
+from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import HarnessCandidate
-from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.runner import RolloutRunner
 from whale.harness.task import Task, ToolError
 from whale.harness.validate import problems
 from whale.model.engine import Generation, GenerationRequest, SamplingParams

@@ -9,8 +9,9 @@ from whale.domains.searchqa.corpus import build_encyclopedia
 from whale.domains.searchqa.domain import SearchQADomain, load_qa_jsonl
 from whale.domains.searchqa.index import SearchIndex
 from whale.domains.searchqa.text import contains, normalize_answer, token_f1
+from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import HarnessCandidate
-from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.runner import RolloutRunner
 from whale.harness.task import Task, ToolError
 from whale.harness.validate import problems
 from whale.model.engine import Generation, GenerationRequest, SamplingParams

@@ -26,9 +26,10 @@ from typing import Any
 import pytest
 
 from tests.processes import group_alive
-from whale.harness import landlock, pysandbox, validate, worker
+from whale.harness import confine, landlock, pysandbox, restricted, validate
+from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import HarnessCandidate, Rollout
-from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.runner import RolloutRunner
 from whale.model.engine import Generation, GenerationRequest, SamplingParams
 
 SECRET = "GOLD-SECRET-7f3a"  # the marker conftest's AddDomain keeps in every Task.gold
@@ -70,7 +71,7 @@ def no_model_calls(r: Rollout) -> None:
 
 
 def logs_capped(r: Rollout) -> None:
-    assert sum(len(x) for x in r.logs) <= worker.MAX_LOG_CHARS + 200
+    assert sum(len(x) for x in r.logs) <= restricted.MAX_LOG_CHARS + 200
     assert "characters of output dropped" in r.logs[-1]
 
 
@@ -712,7 +713,7 @@ def test_landlock_alone_refuses_files_and_tcp_that_permissions_allow() -> None:
             assert confined["status"]["network"] is True and confined["status"]["problems"] == []
             assert (confined["connect"], confined["bind"]) == ("PermissionError", "PermissionError")
         if os.geteuid() == 0:
-            assert confined["status"]["uid"] == worker.NOBODY
+            assert confined["status"]["uid"] == confine.NOBODY
     finally:
         shutil.rmtree(directory)
 
@@ -733,7 +734,7 @@ def test_workers_report_the_sandbox_they_run_in(add_domain, fake_engine) -> None
 
 def test_a_missing_os_sandbox_is_reported_loudly_once(add_domain, fake_engine, monkeypatch, capsys) -> None:
     monkeypatch.setenv("WHALE_LANDLOCK", "off")
-    monkeypatch.setattr(worker, "_REPORTED", set())
+    monkeypatch.setattr(confine, "_REPORTED", set())
     runner = RolloutRunner(fake_engine, add_domain, SAMPLING, RunnerLimits(workers=2))
     try:
         rollouts = runner.run(

@@ -8,8 +8,9 @@ import time
 import pytest
 
 from tests.processes import group_alive
+from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import HarnessCandidate
-from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.runner import RolloutRunner
 from whale.model.engine import SamplingParams
 from whale.model.fast_engine import FastEngine
 from whale.model.hf_engine import HFEngine

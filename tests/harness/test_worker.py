@@ -6,8 +6,9 @@ import pytest
 
 from tests.processes import alive
 from whale.domains.math import MathDomain
+from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import HarnessCandidate
-from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.runner import RolloutRunner
 from whale.harness.task import Task
 from whale.model.engine import Generation, GenerationRequest, SamplingParams
 from whale.search.mutation import set_knobs

@@ -6,8 +6,9 @@ import pytest
 
 from whale.core.files import read_json, read_jsonl
 from whale.core.stats import decide_acceptance
+from whale.harness.calls import RunnerLimits
 from whale.harness.records import HarnessCandidate, Rollout
-from whale.harness.runner import RolloutRunner, RunnerLimits
+from whale.harness.runner import RolloutRunner
 from whale.model.engine import SamplingParams
 from whale.search.archive import Archive
 from whale.search.proposer import Proposal, ProposalRequest

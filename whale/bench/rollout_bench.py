@@ -112,8 +112,9 @@ def bench_rollout(
 ) -> dict[str, Any]:
     from whale.core.config import Config
     from whale.domains.math import MathDomain
+    from whale.harness.calls import RolloutJob, RunnerLimits
     from whale.harness.records import HarnessCandidate
-    from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+    from whale.harness.runner import RolloutRunner
     from whale.model.backends import build_engine
     from whale.model.engine import GenerationRequest, SamplingParams
 

@@ -24,8 +24,8 @@ def run_harness(
     """Build domain, model and runner from `cfg`; run k rollouts of the harness on each task of `split`."""
     from whale.core.progress import track
     from whale.domains.registry import build_domain
+    from whale.harness.calls import RolloutJob
     from whale.harness.records import HarnessCandidate
-    from whale.harness.runner import RolloutJob
     from whale.model.loading import load_model
     from whale.rollout.build import build_executor
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from whale.deploy.bundle import BundleError, bundle_config, load_bundle_model, verify_bundle
 from whale.harness import validate
+from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate, Rollout
-from whale.harness.runner import RolloutJob, RolloutRunner
+from whale.harness.runner import RolloutRunner
 from whale.harness.task import Task
 
 MAX_INPUT_CHARS = 100_000  # one task's inputs as JSON, as the runner caps a prompt

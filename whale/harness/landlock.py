@@ -262,5 +262,31 @@ def supervise(argv: list[str]) -> int:
     return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # Landlock ABI 4
+
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # Landlock ABI 6
+
+
+def restrict_network(abi: int) -> None:
+    """A second Landlock layer (`restrict` covers the filesystem only): no TCP bind or connect to
+    any port, and from ABI 6 no connecting to abstract unix sockets outside the sandbox."""
+    libc = _libc()
+    attr = _RulesetAttr(0, NET_BIND_TCP | NET_CONNECT_TCP, SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0)
+    size = ctypes.sizeof(attr) if abi >= 6 else 16
+    ruleset = libc.syscall(
+        ctypes.c_long(SYS_CREATE_RULESET),
+        ctypes.byref(attr),
+        ctypes.c_size_t(size),
+        ctypes.c_uint32(0),
+    )
+    if ruleset < 0:
+        raise LandlockError(ctypes.get_errno(), "landlock_create_ruleset (network)")
+    try:
+        if libc.syscall(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) < 0:
+            raise LandlockError(ctypes.get_errno(), "landlock_restrict_self (network)")
+    finally:
+        os.close(ruleset)
+
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness import validate
+from whale.harness.confine import report_degraded, sandbox_status_problems
 from whale.harness.task import ToolError
-from whale.harness.worker import MAX_FRAME, report_degraded, sandbox_status_problems
+from whale.harness.worker import MAX_FRAME
 
 MAX_OUTPUT = 4000
 

@@ -32,85 +32,34 @@ applied, the runner says so once on stderr and lists it in `sandbox_problems`.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import secrets
 import select
 import selectors
-import signal
 import struct
-import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from whale.harness.records import HarnessCandidate, ModelCall, Rollout, ToolCall
-from whale.harness.task import Task, Toolbox, ToolError, Verifier
-from whale.harness.worker import MAX_LOG_CHARS, MAX_LOG_ENTRIES, report_degraded, sandbox_status_problems
+from whale.harness.calls import RolloutJob, RunnerLimits, call_seed, chat_params, chat_problem, run_tool
+from whale.harness.confine import report_degraded, sandbox_status_problems
+from whale.harness.records import ModelCall, Rollout, ToolCall
+from whale.harness.task import Verifier
+from whale.harness.worker_process import (
+    WorkerProcess,
+    capped_logs,
+    exit_reason,
+    kill_worker,
+    send_frame,
+    spawn_worker,
+)
 from whale.model.engine import Engine, Generation, GenerationRequest, SamplingParams, StepEngine
 
 MAX_FRAME = 4 << 20
 MAX_ERROR_CHARS = 1000
 REUSABLE_AFTER = ("crash: ", "invalid: ", "recursion limit: ", "output too large: ", "verify: ")
-
-
-@dataclass
-class RunnerLimits:
-    workers: int = 32
-    step_timeout_s: float = 10.0  # harness compute between two model/tool calls
-    rollout_timeout_s: float = 600.0  # whole rollout, waiting included
-    memory_mb: int = 512
-    cpu_s: int = 600  # per worker lifetime; workers are recycled before they reach it
-    rollouts_per_worker: int = 200
-    max_model_calls: int = 16
-    max_tool_calls: int = 64
-    max_samples_per_call: int = 16
-    max_tokens_cap: int = 512
-    max_prompt_chars: int = 100_000  # one llm.chat request, all message contents together
-    max_stop_strings: int = 16
-    max_tool_arg_chars: int = 100_000  # one tool call's arguments, as JSON
-    max_answer_chars: int = 100_000
-
-
-@dataclass
-class RolloutJob:
-    task: Task
-    harness: HarnessCandidate
-    sample: int
-    # Distinguishes otherwise identical jobs (e.g. the RFT step number), so that a task drawn again in a
-    # later step gets fresh samples rather than the ones it got before.
-    salt: str = ""
-    # False for a task without gold data (a deployed agent answering a user): no reward is computed.
-    verify: bool = True
-    # Record every model call's per-token sampling log-probabilities (ModelCall.logprobs), for GRPO.
-    logprobs: bool = False
-
-
-@dataclass
-class _Worker:
-    proc: subprocess.Popen
-    buf: bytearray = field(default_factory=bytearray)
-    job: RolloutJob | None = None
-    task: Task | None = None
-    rollout: Rollout | None = None
-    toolbox: Toolbox | None = None
-    request: dict[str, Any] | None = None  # queued chat request, when waiting on the model
-    started: float = 0.0
-    resumed: float = 0.0
-    served: int = 0
-    secret: str = ""  # the current job's; only a done message that carries it ends the rollout
-    sandbox: dict[str, Any] | None = None  # what the worker's hello said about its OS sandbox
-    retire: bool = False
-    # continuous batching: engine handle -> (sample index, request) of the queued call, and its results
-    handles: dict[int, tuple[int, GenerationRequest]] = field(default_factory=dict)
-    results: list[tuple[GenerationRequest, Generation] | None] = field(default_factory=list)
-    verify: bool = True  # the current job's
 
 
 class RolloutRunner:
@@ -128,13 +77,13 @@ class RolloutRunner:
         # An engine that takes requests one by one (FastEngine) gets each model call the moment it is made
         # and is stepped while harnesses compute; others get one batch once every busy worker waits.
         self.continuous = isinstance(engine, StepEngine)
-        self._owners: dict[int, _Worker] = {}  # engine handle -> worker, in continuous mode
+        self._owners: dict[int, WorkerProcess] = {}  # engine handle -> worker, in continuous mode
         self.domain = domain
         self.sampling = sampling
         self.limits = limits or RunnerLimits()
         self.seed = seed
         self.engine_calls = 0
-        self.idle: list[_Worker] = []
+        self.idle: list[WorkerProcess] = []
         self.selector = selectors.DefaultSelector()
         self.sandbox: dict[str, Any] | None = None  # the latest worker's sandbox status
         self.sandbox_problems: list[str] = []  # sandbox layers some worker could not apply
@@ -150,13 +99,13 @@ class RolloutRunner:
 
     def close(self) -> None:
         for w in self.idle:
-            self._kill(w)
+            kill_worker(w)
         self.idle.clear()
 
     def run(self, jobs: list[RolloutJob], on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
         queue = deque(enumerate(jobs))
         results: dict[int, Rollout] = {}
-        busy: dict[int, tuple[int, _Worker]] = {}  # fd -> (job index, worker)
+        busy: dict[int, tuple[int, WorkerProcess]] = {}  # fd -> (job index, worker)
         try:
             self._drive(queue, results, busy, on_done)
         except BaseException:
@@ -165,7 +114,7 @@ class RolloutRunner:
                 self._owners.clear()
             for fd, (_, w) in list(busy.items()):  # an engine error: no worker outlives the batch
                 self.selector.unregister(w.proc.stdout)
-                self._kill(w)
+                kill_worker(w)
                 del busy[fd]
             raise
         return [results[i] for i in range(len(jobs))]
@@ -174,7 +123,7 @@ class RolloutRunner:
         self,
         queue: deque,
         results: dict[int, Rollout],
-        busy: dict[int, tuple[int, _Worker]],
+        busy: dict[int, tuple[int, WorkerProcess]],
         on_done: Callable[[Rollout], None] | None,
     ) -> None:
         while queue or busy:
@@ -208,35 +157,10 @@ class RolloutRunner:
             elif waiting and len(waiting) == len(busy):
                 self._serve_model(waiting)
 
-    def _spawn(self) -> _Worker:
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
-            "WHALE_PARENT_PID": str(os.getpid()),
-        }
-        if os.environ.get("WHALE_LANDLOCK"):
-            env["WHALE_LANDLOCK"] = os.environ["WHALE_LANDLOCK"]
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-s",
-                "-m",
-                "whale.harness.worker",
-                str(self.limits.memory_mb),
-                str(self.limits.cpu_s),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-            cwd="/",
-        )
-        return _Worker(proc)
+    def _spawn(self) -> WorkerProcess:
+        return spawn_worker(self.limits.memory_mb, self.limits.cpu_s)
 
-    def _take_worker(self) -> _Worker:
+    def _take_worker(self) -> WorkerProcess:
         """An idle worker with nothing unread in its pipe (anything there would not belong to the next
         job), else a fresh one."""
         while self.idle:
@@ -244,10 +168,10 @@ class RolloutRunner:
             pending = w.buf or select.select([w.proc.stdout], [], [], 0)[0]
             if w.proc.poll() is None and not pending:
                 return w
-            self._kill(w)
+            kill_worker(w)
         return self._spawn()
 
-    def _start_job(self, job: RolloutJob) -> _Worker:
+    def _start_job(self, job: RolloutJob) -> WorkerProcess:
         w = self._take_worker()
         now = time.monotonic()
         w.job, w.task, w.started, w.resumed, w.request = job, job.task, now, now, None
@@ -256,7 +180,7 @@ class RolloutRunner:
         w.rollout = Rollout(job.task.id, job.harness.id, self.engine.weights_version, job.sample)
         w.toolbox = self.domain.toolbox(job.task)
         self.selector.register(w.proc.stdout, selectors.EVENT_READ)
-        self._send(
+        send_frame(
             w,
             {
                 "op": "run",
@@ -268,27 +192,19 @@ class RolloutRunner:
         )
         return w
 
-    def _send(self, w: _Worker, msg: dict[str, Any]) -> None:
-        data = json.dumps(msg, default=str).encode()
-        try:
-            w.proc.stdin.write(struct.pack(">I", len(data)) + data)
-            w.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # the worker died; its EOF is seen by the select loop
-
-    def _pump(self, w: _Worker) -> bool:
+    def _pump(self, w: WorkerProcess) -> bool:
         """Read what the worker wrote and handle complete frames. False when the worker is gone."""
         chunk = os.read(w.proc.stdout.fileno(), 1 << 16)
         if not chunk:
             code = w.proc.wait()
-            w.rollout.error = w.rollout.error or _exit_reason(code)
+            w.rollout.error = w.rollout.error or exit_reason(code)
             w.job = None
             return True
         w.buf.extend(chunk)
         while len(w.buf) >= 4:
             (size,) = struct.unpack(">I", w.buf[:4])
             if size > MAX_FRAME:
-                self._kill(w)
+                kill_worker(w)
                 w.rollout.error = (
                     f"protocol: output too large: the worker sent a {size}-byte message (limit {MAX_FRAME})"
                 )
@@ -305,23 +221,23 @@ class RolloutRunner:
             try:
                 self._handle(w, msg)
             except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
-                self._kill(w)  # a malformed message: only harness code writing to the pipe makes one
+                kill_worker(w)  # a malformed message: only harness code writing to the pipe makes one
                 w.rollout.error = f"protocol: malformed message ({type(exc).__name__}: {str(exc)[:200]})"
                 w.job = None
             if w.job is None:
                 break
         return True
 
-    def _handle(self, w: _Worker, msg: dict[str, Any]) -> None:
+    def _handle(self, w: WorkerProcess, msg: dict[str, Any]) -> None:
         op = msg.get("op") if isinstance(msg, dict) else None
         if op == "ready":
             if w.sandbox is None:  # only the hello a fresh worker sends before any harness runs counts
                 self._note_sandbox(w, msg.get("sandbox"))
             return
         if op == "chat":
-            error = self._check_chat(w, msg)
+            error = chat_problem(msg, len(w.rollout.calls), self.limits)
             if error:
-                self._send(w, {"op": "error", "message": error})
+                send_frame(w, {"op": "error", "message": error})
             else:
                 w.request = msg
             return
@@ -330,7 +246,7 @@ class RolloutRunner:
             return
         if op == "done":
             if msg.get("secret") != w.secret:
-                self._kill(w)
+                kill_worker(w)
                 w.rollout.error = "protocol: a done message without this job's secret (forged by the harness)"
                 w.job = None
                 return
@@ -343,71 +259,29 @@ class RolloutRunner:
                     f"(limit {self.limits.max_answer_chars})"
                 )
                 w.rollout.answer = None
-            w.rollout.logs = _capped_logs(msg.get("logs"))
+            w.rollout.logs = capped_logs(msg.get("logs"))
             w.rollout.timings["harness_s"] = float(msg.get("harness_s", 0.0))
             w.retire = w.retire or msg.get("retire") is not False
             w.job = None
             return
-        self._kill(w)
+        kill_worker(w)
         w.rollout.error = f"protocol: unexpected message {str(op)[:40]!r}"
         w.job = None
 
-    def _note_sandbox(self, w: _Worker, status: Any) -> None:
+    def _note_sandbox(self, w: WorkerProcess, status: Any) -> None:
         w.sandbox = status if isinstance(status, dict) else {}
         self.sandbox = w.sandbox
         problems = sandbox_status_problems(status)
         self.sandbox_problems += [p for p in problems if p not in self.sandbox_problems]
         report_degraded(problems, "harness workers")
 
-    def _check_chat(self, w: _Worker, msg: dict[str, Any]) -> str | None:
-        messages = msg.get("messages")
-        ok = (
-            isinstance(messages, list)
-            and messages
-            and all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages
-            )
-        )
-        if not ok:
-            return "llm.chat: messages must be a non-empty list of {'role': str, 'content': str}"
-        chars = sum(len(m["content"]) + len(m["role"]) for m in messages)
-        if chars > self.limits.max_prompt_chars:
-            return f"llm.chat: the messages are {chars} characters (limit {self.limits.max_prompt_chars})"
-        n = msg.get("n", 1)
-        if not isinstance(n, int) or not 1 <= n <= self.limits.max_samples_per_call:
-            return f"llm.chat: n must be an int in 1..{self.limits.max_samples_per_call}"
-        if len(w.rollout.calls) + n > self.limits.max_model_calls:
-            return f"llm.chat: rollout exceeded {self.limits.max_model_calls} model calls"
-        for key, kind in (("max_tokens", int), ("temperature", (int, float))):
-            if msg.get(key) is not None and not isinstance(msg[key], kind):
-                return f"llm.chat: {key} has the wrong type"
-        if isinstance(msg.get("temperature"), float) and not math.isfinite(msg["temperature"]):
-            return "llm.chat: temperature must be a finite number"
-        stop = msg.get("stop")
-        if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
-            return "llm.chat: stop must be a string or a list of non-empty strings"
-        if stop is not None and (len(stop) > self.limits.max_stop_strings or sum(map(len, stop)) > 1000):
-            return f"llm.chat: at most {self.limits.max_stop_strings} stop strings, 1000 characters in all"
-        return None
-
-    def _params(self, msg: dict[str, Any]) -> SamplingParams:
-        base = self.sampling
-        max_tokens = min(int(msg.get("max_tokens") or base.max_tokens), self.limits.max_tokens_cap)
-        temperature = (
-            base.temperature if msg.get("temperature") is None else min(max(msg["temperature"], 0.0), 2.0)
-        )
-        return SamplingParams(
-            temperature, base.top_p, base.top_k, max(1, max_tokens), tuple(msg.get("stop") or ())
-        )
-
-    def _requests_of(self, w: _Worker) -> list[GenerationRequest]:
-        params = self._params(w.request)
+    def _requests_of(self, w: WorkerProcess) -> list[GenerationRequest]:
+        params = chat_params(w.request, self.sampling, self.limits)
         n = w.request.get("n", 1)
-        seeds = [self._request_seed(w.job, len(w.rollout.calls) + k) for k in range(n)]
+        seeds = [call_seed(self.seed, w.job, len(w.rollout.calls) + k) for k in range(n)]
         return [GenerationRequest(w.request["messages"], params, seed, w.job.logprobs) for seed in seeds]
 
-    def _serve_model(self, waiting: list[_Worker]) -> None:
+    def _serve_model(self, waiting: list[WorkerProcess]) -> None:
         requests, owners = [], []
         for w in waiting:
             for req in self._requests_of(w):
@@ -421,7 +295,7 @@ class RolloutRunner:
         for w in waiting:
             self._reply(w, answers[id(w)])
 
-    def _submit_model(self, w: _Worker) -> None:
+    def _submit_model(self, w: WorkerProcess) -> None:
         requests = self._requests_of(w)
         self.engine_calls += 1
         w.results = [None] * len(requests)
@@ -439,14 +313,14 @@ class RolloutRunner:
                 results, w.results = w.results, []
                 self._reply(w, results)
 
-    def _cancel_model(self, w: _Worker) -> None:
+    def _cancel_model(self, w: WorkerProcess) -> None:
         if w.handles:
             self.engine.cancel(set(w.handles))
             for handle in w.handles:
                 self._owners.pop(handle, None)
         w.handles, w.results = {}, []
 
-    def _reply(self, w: _Worker, answers: list[tuple[GenerationRequest, Generation]]) -> None:
+    def _reply(self, w: WorkerProcess, answers: list[tuple[GenerationRequest, Generation]]) -> None:
         """Record a served chat request's calls in the rollout and send the texts to the harness."""
         texts = []
         train = bool(w.request.get("train", True))
@@ -461,66 +335,36 @@ class RolloutRunner:
             w.rollout.calls.append(call)
             texts.append(g.text)
         w.request, w.resumed = None, time.monotonic()
-        self._send(w, {"op": "chat_result", "texts": texts})
+        send_frame(w, {"op": "chat_result", "texts": texts})
 
-    def _request_seed(self, job: RolloutJob, call_index: int) -> int:
-        """The seed of one model call, whatever else shares its batch: a function of the runner seed, the
-        job's task, sample and salt, and the call's index within the rollout. The harness id is left out
-        on purpose: candidates run on the same task and sample share random numbers (common random
-        numbers), so paired comparisons between them have less noise."""
-        key = json.dumps([self.seed, job.task.id, job.sample, job.salt, call_index]).encode()
-        return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") & ((1 << 63) - 1)
-
-    def _serve_tool(self, w: _Worker, msg: dict[str, Any]) -> None:
-        name, args, kwargs = msg.get("name"), msg.get("args", []), msg.get("kwargs", {})
-        if len(w.rollout.tool_calls) >= self.limits.max_tool_calls:
+    def _serve_tool(self, w: WorkerProcess, msg: dict[str, Any]) -> None:
+        calls, cap = w.rollout.tool_calls, self.limits.max_tool_calls
+        if len(calls) >= cap:
             # Refused without recording more than the first refusal, and without restarting the step
             # clock: a harness spinning on refused calls is computing, not making progress.
-            message = f"rollout exceeded {self.limits.max_tool_calls} tool calls"
-            if len(w.rollout.tool_calls) == self.limits.max_tool_calls:
-                w.rollout.tool_calls.append(ToolCall(str(name)[:100], [], {}, error=message))
-            self._send(w, {"op": "error", "message": message})
+            message = f"rollout exceeded {cap} tool calls"
+            if len(calls) == cap:
+                calls.append(ToolCall(str(msg.get("name"))[:100], [], {}, error=message))
+            send_frame(w, {"op": "error", "message": message})
             return
-        call = ToolCall(
-            str(name)[:100],
-            args if isinstance(args, list) else [],
-            kwargs if isinstance(kwargs, dict) else {},
-        )
-        size = len(json.dumps([call.args, call.kwargs]))
-        if size > self.limits.max_tool_arg_chars:
-            call.args, call.kwargs = [f"<{size} characters of arguments dropped>"], {}
-            call.error = f"tool arguments are {size} characters (limit {self.limits.max_tool_arg_chars})"
-        elif name not in w.toolbox.names:
-            call.error = f"unknown tool {str(name)[:40]!r}"
-        else:
-            try:
-                call.result = w.toolbox.call(name, call.args, call.kwargs)
-                json.dumps(call.result)
-            except ToolError as exc:
-                call.error = str(exc)
-            except (TypeError, ValueError) as exc:
-                call.error = f"bad arguments for {name}: {exc}"
-            except Exception as exc:  # noqa: BLE001 - harness-chosen arguments must not crash the run
-                call.error = f"tool {name} failed: {type(exc).__name__}: {str(exc)[:300]}"
-            if call.error is not None:
-                call.result = None
-        w.rollout.tool_calls.append(call)
+        call = run_tool(w.toolbox, msg, self.limits)
+        calls.append(call)
         w.resumed = time.monotonic()
         if call.error is not None:
-            self._send(w, {"op": "error", "message": call.error})
+            send_frame(w, {"op": "error", "message": call.error})
         else:
-            self._send(w, {"op": "tool_result", "value": call.result})
+            send_frame(w, {"op": "tool_result", "value": call.result})
 
-    def _next_deadline(self, busy: dict[int, tuple[int, _Worker]]) -> float:
+    def _next_deadline(self, busy: dict[int, tuple[int, WorkerProcess]]) -> float:
         now = time.monotonic()
         deadlines = [self._deadline(w) - now for _, w in busy.values()]
         return max(0.0, min(deadlines, default=0.5))
 
-    def _deadline(self, w: _Worker) -> float:
+    def _deadline(self, w: WorkerProcess) -> float:
         total = w.started + self.limits.rollout_timeout_s
         return total if w.request is not None else min(total, w.resumed + self.limits.step_timeout_s)
 
-    def _overdue(self, w: _Worker) -> str | None:
+    def _overdue(self, w: WorkerProcess) -> str | None:
         now = time.monotonic()
         if now - w.started > self.limits.rollout_timeout_s:
             return f"timeout: rollout ran over {self.limits.rollout_timeout_s:g}s"
@@ -528,7 +372,7 @@ class RolloutRunner:
             return f"timeout: harness computed {self.limits.step_timeout_s:g}s without a model or tool call"
         return None
 
-    def _finish(self, w: _Worker, busy: dict, fd: int) -> Rollout:
+    def _finish(self, w: WorkerProcess, busy: dict, fd: int) -> Rollout:
         self._cancel_model(w)
         rollout = w.rollout
         self.selector.unregister(fd)
@@ -544,48 +388,11 @@ class RolloutRunner:
         if reusable and not w.retire and w.proc.poll() is None and w.served < self.limits.rollouts_per_worker:
             self.idle.append(w)
         else:
-            self._kill(w)
+            kill_worker(w)
         return rollout
 
-    def _fail(self, w: _Worker, busy: dict, fd: int, reason: str) -> Rollout:
-        self._kill(w)
+    def _fail(self, w: WorkerProcess, busy: dict, fd: int, reason: str) -> Rollout:
+        kill_worker(w)
         w.rollout.error = reason
         w.job = None
         return self._finish(w, busy, fd)
-
-    def _kill(self, w: _Worker) -> None:
-        if w.proc.poll() is None:
-            try:
-                os.killpg(w.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            w.proc.wait()
-        for stream in (w.proc.stdin, w.proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-
-
-def _capped_logs(logs: Any) -> list[str]:
-    """A done message's logs, held to the worker's own caps whatever the message says."""
-    out, chars = [], 0
-    for entry in logs if isinstance(logs, list) else []:
-        if len(out) > MAX_LOG_ENTRIES or chars >= MAX_LOG_CHARS + 200:
-            out.append("[whale: further output dropped]\n")
-            break
-        text = str(entry)[: MAX_LOG_CHARS + 200 - chars]
-        out.append(text)
-        chars += len(text)
-    return out
-
-
-def _exit_reason(code: int) -> str:
-    """Name the limit that most likely killed a worker from its exit status."""
-    if code == -signal.SIGXCPU:
-        return "cpu limit: the worker used up its CPU-time limit"
-    if code == -signal.SIGKILL:
-        return "killed: the worker got a SIGKILL the runner did not send (out of memory?)"
-    if code < 0:
-        return f"crash: worker died on signal {signal.Signals(-code).name}"
-    return f"crash: worker exited with status {code}"

@@ -29,17 +29,11 @@ rollout carries a secret from the run message that harness code cannot read, so 
 
 from __future__ import annotations
 
-import _string
 import _thread
 import builtins
-import collections
-import ctypes
-import functools
 import gc
 import json
 import os
-import resource
-import string
 import struct
 import sys
 import time
@@ -47,47 +41,24 @@ import types
 import warnings
 from typing import Any
 
+from whale.harness.confine import confine, die_with_parent, forbid_system_access, limit_resources
+from whale.harness.restricted import (
+    LAZY_DEPENDENCIES,
+    MAX_LOG_CHARS,
+    PRELOADED,
+    SAFE_BUILTINS,
+    LLMError,
+    LogSink,
+    ReadOnly,
+    public_attributes,
+)
 from whale.harness.task import ToolError
 from whale.harness.validate import HarnessInvalid
 
-PRELOADED = ("re", "math", "json", "collections", "itertools", "functools", "statistics", "random", "string")
-# Modules the allowed ones import lazily (Counter.most_common -> heapq, ...), or the compiler does
-# (unicodedata, for non-ASCII identifiers): loaded before the audit hook goes up, because the hook refuses
-# every later import.
-LAZY_DEPENDENCIES = (
-    "unicodedata",
-    "heapq",
-    "operator",
-    "bisect",
-    "copy",
-    "keyword",
-    "reprlib",
-    "fractions",
-    "decimal",
-    "numbers",
-)
 MAX_FRAME = 4 << 20
-MAX_LOG_CHARS = 20_000  # what print() may leave in a rollout's logs; the rest is dropped with a marker
-MAX_LOG_ENTRIES = 200
 MAX_ERROR_CHARS = 500
 RECURSION_LIMIT = 500
-NOBODY = 65534
-SAFE_BUILTINS = (
-    "abs all any bool bytes callable chr dict divmod enumerate filter float format frozenset hash int "
-    "isinstance issubclass iter len list map max min next ord pow range repr reversed round set slice "
-    "sorted str sum tuple zip hasattr "
-    "ArithmeticError AssertionError AttributeError Exception IndexError KeyError LookupError NameError "
-    "NotImplementedError OverflowError RecursionError RuntimeError StopIteration TypeError ValueError "
-    "ZeroDivisionError True False None"
-).split()
-# Public attributes of allowed modules that a harness does not get: they read attributes by name or
-# evaluate strings (singledispatch's register() evaluates annotations in the caller's globals).
-WITHHELD = {"functools": ("singledispatch", "singledispatchmethod")}
 _MISSING = object()
-
-
-class LLMError(Exception):
-    """Raised inside the harness when a model call is malformed."""
 
 
 class ChannelClosed(BaseException):
@@ -118,107 +89,6 @@ class Channel:
                 raise ChannelClosed("the parent closed the channel")
             buf += chunk
         return buf
-
-
-class ReadOnly(types.SimpleNamespace):
-    """A namespace a harness can read but not change: module proxies and `tools`."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"cannot set {name!r}: this object is read-only in a harness")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"cannot delete {name!r}: this object is read-only in a harness")
-
-    def __repr__(self) -> str:
-        return f"<read-only namespace: {', '.join(sorted(vars(self)))}>"
-
-
-class SafeFormatter(string.Formatter):
-    """`string.Formatter` without attribute lookup: its get_field resolves '{0.__globals__}' with a real
-    getattr and returns the object itself, which walks around every static check."""
-
-    def get_field(self, field_name: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
-        first, rest = _string.formatter_field_name_split(field_name)
-        obj = self.get_value(first, args, kwargs)
-        for is_attr, key in rest:
-            if is_attr:
-                raise ValueError("attribute lookup in format fields is not allowed in a harness")
-            obj = obj[key]
-        return obj, first
-
-
-def _default_names(assigned: Any, updated: Any) -> None:
-    if tuple(assigned) != functools.WRAPPER_ASSIGNMENTS or tuple(updated) != functools.WRAPPER_UPDATES:
-        raise ValueError("update_wrapper/wraps with other attribute names is not allowed in a harness")
-
-
-def safe_update_wrapper(
-    wrapper: Any,
-    wrapped: Any,
-    assigned: Any = functools.WRAPPER_ASSIGNMENTS,
-    updated: Any = functools.WRAPPER_UPDATES,
-) -> Any:
-    """functools.update_wrapper with its default attribute names only (others would make it a getattr)."""
-    _default_names(assigned, updated)
-    return functools.update_wrapper(wrapper, wrapped)
-
-
-def safe_wraps(
-    wrapped: Any, assigned: Any = functools.WRAPPER_ASSIGNMENTS, updated: Any = functools.WRAPPER_UPDATES
-) -> Any:
-    _default_names(assigned, updated)
-    return functools.partial(safe_update_wrapper, wrapped=wrapped)
-
-
-def safe_namedtuple(
-    typename: str, field_names: Any, *, rename: bool = False, defaults: Any = None, module: Any = None
-) -> type:
-    """collections.namedtuple that names its module itself instead of asking sys._getframe (refused)."""
-    return collections.namedtuple(
-        typename, field_names, rename=rename, defaults=defaults, module=module or "harness"
-    )
-
-
-REPLACEMENTS = {
-    id(string.Formatter): SafeFormatter,
-    id(functools.update_wrapper): safe_update_wrapper,
-    id(functools.wraps): safe_wraps,
-    id(collections.namedtuple): safe_namedtuple,
-}
-
-
-def public_attributes(mod: types.ModuleType) -> dict[str, Any]:
-    """A module's public, non-module attributes, with the sandbox's replacements for risky ones."""
-    withheld = WITHHELD.get(mod.__name__, ())
-    return {
-        k: REPLACEMENTS.get(id(v), v)
-        for k, v in vars(mod).items()
-        if not k.startswith("_") and not isinstance(v, types.ModuleType) and k not in withheld
-    }
-
-
-class LogSink:
-    """What print() writes, up to MAX_LOG_CHARS characters in MAX_LOG_ENTRIES entries; then a marker."""
-
-    def __init__(self) -> None:
-        self.entries: list[str] = []
-        self.chars = 0
-        self.dropped = 0
-
-    def write(self, text: str) -> None:
-        room = MAX_LOG_CHARS - self.chars
-        if room <= 0 or len(self.entries) >= MAX_LOG_ENTRIES:
-            self.dropped += len(text)
-            return
-        self.entries.append(text[:room])
-        self.chars += min(len(text), room)
-        self.dropped += max(0, len(text) - room)
-
-    def result(self) -> list[str]:
-        if not self.dropped:
-            return list(self.entries)
-        marker = f"[whale: {self.dropped} more characters of output dropped (limit {MAX_LOG_CHARS})]\n"
-        return [*self.entries, marker]
 
 
 def make_builtins(proxies: dict[str, ReadOnly], logs: LogSink) -> dict[str, Any]:
@@ -418,132 +288,6 @@ def make_runner(seen: list[str], watched: list[tuple[str, Any, dict[str, Any]]])
     return run_harness
 
 
-def limit_resources(memory_mb: int, cpu_s: int, highest_fd: int) -> None:
-    """OS limits the worker sets on itself after its imports: memory, CPU, no new files or processes."""
-    soft_hard = [
-        (resource.RLIMIT_AS, memory_mb << 20, memory_mb << 20),
-        # SIGXCPU at the soft limit (a recognisable exit), SIGKILL a second later at the hard one.
-        (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
-        (resource.RLIMIT_FSIZE, 0, 0),
-        (resource.RLIMIT_NPROC, 0, 0),
-        (resource.RLIMIT_CORE, 0, 0),
-        (resource.RLIMIT_NOFILE, highest_fd + 1, highest_fd + 1),
-    ]
-    for which, soft, hard in soft_hard:
-        try:
-            resource.setrlimit(which, (soft, hard))
-        except (ValueError, OSError):
-            pass
-
-
-def forbid_system_access(event: str, args: tuple, _seen: list[str] = []) -> None:  # noqa: B006
-    """Audit hook: once a harness may run, no file, process, socket, import, thread-state or frame event
-    is allowed in this process, whatever path reached it. The rules are literals in this function's code
-    (not globals a harness could rebind); `_seen` is the rollout's record (see make_runner)."""
-    if event == "whale.refused":  # something the sandbox refused without raising here (an import)
-        _seen.append(f"{args[0]}"[:200])
-        return
-    if event.startswith(
-        (
-            "open", "os.", "posix.", "shutil.", "subprocess.", "pty.", "socket.", "ssl.", "http.", "urllib.",
-            "ftplib.", "smtplib.", "webbrowser.", "glob.", "tempfile.", "ctypes.", "mmap.", "fcntl.",
-            "signal.", "resource.", "sqlite3.", "syslog.", "import", "code.__new__", "function.__new__",
-            "object.__getattr__", "sys._getframe", "sys._current_frames", "sys._current_exceptions",
-            "sys.addaudithook", "sys.settrace", "sys.setprofile", "sys.monitoring", "sys.remote_exec",
-            "gc.", "marshal.", "pickle.", "cpython.", "builtins.input", "_thread.", "threading.",
-        )
-    ) or (
-        event in ("object.__setattr__", "object.__delattr__")
-        and args[1]
-        in ("__code__", "__defaults__", "__kwdefaults__", "__class__", "__bases__", "__dict__", "__globals__")
-    ):  # fmt: skip
-        _seen.append(event)
-        raise RuntimeError(f"forbidden operation in harness: {event}")
-
-
-def die_with_parent() -> None:
-    """Have Linux SIGKILL this worker when the parent dies (even by kill -9): no harness outlives a run."""
-    parent = int(os.environ.get("WHALE_PARENT_PID", "0"))
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        pass
-    if parent and os.getppid() != parent:
-        raise SystemExit(0)  # the parent is already gone
-
-
-NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # Landlock ABI 4
-SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # Landlock ABI 6
-
-
-def restrict_network(landlock: Any, abi: int) -> None:
-    """A second Landlock layer (landlock.restrict covers the filesystem only): no TCP bind or connect to
-    any port, and from ABI 6 no connecting to abstract unix sockets outside the sandbox."""
-    libc = landlock._libc()
-    attr = landlock._RulesetAttr(
-        0, NET_BIND_TCP | NET_CONNECT_TCP, SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
-    )
-    size = ctypes.sizeof(attr) if abi >= 6 else 16
-    ruleset = libc.syscall(
-        ctypes.c_long(landlock.SYS_CREATE_RULESET),
-        ctypes.byref(attr),
-        ctypes.c_size_t(size),
-        ctypes.c_uint32(0),
-    )
-    if ruleset < 0:
-        raise landlock.LandlockError(ctypes.get_errno(), "landlock_create_ruleset (network)")
-    try:
-        if (
-            libc.syscall(ctypes.c_long(landlock.SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0))
-            < 0
-        ):
-            raise landlock.LandlockError(ctypes.get_errno(), "landlock_restrict_self (network)")
-    finally:
-        os.close(ruleset)
-
-
-def readable_paths() -> list[str]:
-    """What the worker may still read: the standard library, and each other module file already loaded."""
-    stdlib = os.path.dirname(string.__file__)
-    paths = {stdlib}
-    for mod in list(sys.modules.values()):
-        path = getattr(mod, "__file__", None)
-        if isinstance(path, str) and not path.startswith(stdlib + os.sep):
-            paths.add(path)
-    return sorted(paths)
-
-
-def confine() -> dict[str, Any]:
-    """The OS layers: Landlock (filesystem, then network) and, for root, a switch to nobody. Returns the
-    status the hello frame carries; `problems` lists what could not be applied."""
-    status: dict[str, Any] = {"landlock": 0, "filesystem": False, "network": False, "problems": []}
-    if os.environ.get("WHALE_LANDLOCK", "on") == "off":
-        status["problems"].append("Landlock disabled by WHALE_LANDLOCK=off")
-    else:
-        try:
-            from whale.harness import landlock
-
-            status["landlock"] = landlock.restrict(readable_paths(), [], [])
-            status["filesystem"] = True
-            if status["landlock"] >= 4:
-                restrict_network(landlock, status["landlock"])
-                status["network"] = True
-            else:
-                status["problems"].append(f"Landlock ABI {status['landlock']} < 4: TCP is not restricted")
-        except (OSError, ImportError, AttributeError) as exc:
-            status["problems"].append(f"Landlock not applied: {exc}")
-    if os.geteuid() == 0:
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-        except OSError as exc:
-            status["problems"].append(f"still root (RLIMIT_NPROC does not bind root): {exc}")
-        die_with_parent()  # a change of credentials clears the parent-death signal: set it again
-    status["uid"] = os.geteuid()
-    return status
-
-
 def snapshot_shared_state() -> list[tuple[str, Any, dict[str, Any]]]:
     """Every loaded module's globals and every mutable class they define, as they are before any harness
     runs (imports are refused afterwards, so the set of modules is final)."""
@@ -560,24 +304,6 @@ def snapshot_shared_state() -> list[tuple[str, Any, dict[str, Any]]]:
                 classes.add(id(value))
                 watched.append((f"{name}.{key}", value.__dict__, dict(value.__dict__)))
     return watched
-
-
-def sandbox_status_problems(status: Any) -> list[str]:
-    """Parent side: what a worker's sandbox status says is missing."""
-    if not isinstance(status, dict):
-        return ["the worker reported no sandbox status"]
-    return [str(p)[:300] for p in status.get("problems") or []][:10]
-
-
-_REPORTED: set[tuple[str, str]] = set()
-
-
-def report_degraded(problems: list[str], who: str) -> None:
-    """Parent side: say once per process, on stderr, which sandbox layer a worker could not apply."""
-    for problem in problems:
-        if (who, problem) not in _REPORTED:
-            _REPORTED.add((who, problem))
-            print(f"whale: warning: {who} run with a weaker sandbox: {problem}", file=sys.stderr, flush=True)
 
 
 def exec_snippet(channel: Channel, public: dict[str, dict[str, Any]], seen: list[str], status: dict) -> None:

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from whale.core.config import Config
+from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import Rollout
-from whale.harness.runner import RolloutJob, RolloutRunner, RunnerLimits
+from whale.harness.runner import RolloutRunner
 from whale.model.engine import Engine, SamplingParams
 
 

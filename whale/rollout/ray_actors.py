@@ -29,8 +29,8 @@ import ray
 import ray.exceptions
 
 from whale.core.config import Config, ConfigError, ExecutorConfig, config_from_dict
+from whale.harness.calls import RolloutJob
 from whale.harness.records import Rollout
-from whale.harness.runner import RolloutJob
 
 MB = 1 << 20
 PROBE_PAUSE_S = 0.2  # between readiness probes of a restarting actor

@@ -46,8 +46,8 @@ from whale.core.progress import track
 from whale.core.stats import SplitScore, score_split
 from whale.domains.registry import build_domain
 from whale.harness import validate
+from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate, Rollout
-from whale.harness.runner import RolloutJob
 from whale.model.distributed import build_trainer
 from whale.model.loading import check_model_name
 from whale.model.losses import Objective

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from whale.core.stats import decide_acceptance
 from whale.harness import validate
+from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate, Rollout
-from whale.harness.runner import RolloutJob
 from whale.harness.task import Task
 from whale.rollout.executor import Executor
 from whale.search.archive import Archive, CandidateEval, code_fingerprint

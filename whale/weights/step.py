@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate, ModelCall, Rollout
-from whale.harness.runner import RolloutJob
 from whale.harness.task import Task
 from whale.model.losses import Objective
 from whale.model.trainer import Trainer, TrainExample

@@ -1,0 +1,122 @@
+"""A sandbox worker process as the runner sees it: the process, its pipe buffer, the job it runs, and how it
+is started, written to and killed. What crosses the pipe is JSON frames only (never pickle)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whale.harness.calls import RolloutJob
+from whale.harness.records import Rollout
+from whale.harness.restricted import MAX_LOG_CHARS, MAX_LOG_ENTRIES
+from whale.harness.task import Task, Toolbox
+from whale.model.engine import Generation, GenerationRequest
+
+
+@dataclass
+class WorkerProcess:
+    """One sandbox worker process and the rollout it is running (if any)."""
+
+    proc: subprocess.Popen
+    buf: bytearray = field(default_factory=bytearray)
+    job: RolloutJob | None = None
+    task: Task | None = None
+    rollout: Rollout | None = None
+    toolbox: Toolbox | None = None
+    request: dict[str, Any] | None = None  # queued chat request, when waiting on the model
+    started: float = 0.0
+    resumed: float = 0.0
+    served: int = 0
+    secret: str = ""  # the current job's; only a done message that carries it ends the rollout
+    sandbox: dict[str, Any] | None = None  # what the worker's hello said about its OS sandbox
+    retire: bool = False
+    # continuous batching: engine handle -> (sample index, request) of the queued call, and its results
+    handles: dict[int, tuple[int, GenerationRequest]] = field(default_factory=dict)
+    results: list[tuple[GenerationRequest, Generation] | None] = field(default_factory=list)
+    verify: bool = True  # the current job's
+
+
+def spawn_worker(memory_mb: int, cpu_s: int) -> WorkerProcess:
+    """A fresh sandbox worker process (`python -m whale.harness.worker`) in its own session."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "WHALE_PARENT_PID": str(os.getpid()),
+    }
+    if os.environ.get("WHALE_LANDLOCK"):
+        env["WHALE_LANDLOCK"] = os.environ["WHALE_LANDLOCK"]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-s",
+            "-m",
+            "whale.harness.worker",
+            str(memory_mb),
+            str(cpu_s),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+        cwd="/",
+    )
+    return WorkerProcess(proc)
+
+
+def send_frame(w: WorkerProcess, msg: dict[str, Any]) -> None:
+    """One length-prefixed JSON frame to the worker."""
+    data = json.dumps(msg, default=str).encode()
+    try:
+        w.proc.stdin.write(struct.pack(">I", len(data)) + data)
+        w.proc.stdin.flush()
+    except (BrokenPipeError, OSError):
+        pass  # the worker died; its EOF is seen by the select loop
+
+
+def kill_worker(w: WorkerProcess) -> None:
+    """SIGKILL the worker's whole process group and close its pipes."""
+    if w.proc.poll() is None:
+        try:
+            os.killpg(w.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        w.proc.wait()
+    for stream in (w.proc.stdin, w.proc.stdout):
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+
+def capped_logs(logs: Any) -> list[str]:
+    """A done message's logs, held to the worker's own caps whatever the message says."""
+    out, chars = [], 0
+    for entry in logs if isinstance(logs, list) else []:
+        if len(out) > MAX_LOG_ENTRIES or chars >= MAX_LOG_CHARS + 200:
+            out.append("[whale: further output dropped]\n")
+            break
+        text = str(entry)[: MAX_LOG_CHARS + 200 - chars]
+        out.append(text)
+        chars += len(text)
+    return out
+
+
+def exit_reason(code: int) -> str:
+    """Name the limit that most likely killed a worker from its exit status."""
+    if code == -signal.SIGXCPU:
+        return "cpu limit: the worker used up its CPU-time limit"
+    if code == -signal.SIGKILL:
+        return "killed: the worker got a SIGKILL the runner did not send (out of memory?)"
+    if code < 0:
+        return f"crash: worker died on signal {signal.Signals(-code).name}"
+    return f"crash: worker exited with status {code}"
