@@ -15,7 +15,8 @@ from whale.core.config import ProposerConfig
 from whale.core.files import read_json
 from whale.harness.records import HarnessCandidate, ModelCall, Rollout, ToolCall
 from whale.search.archive import Archive, CandidateEval
-from whale.search.llm_proposer import LLMProposer, build_messages, parse_reply
+from whale.search.llm_prompt import build_messages
+from whale.search.llm_proposer import LLMProposer, parse_reply
 from whale.search.proposer import ProposalRequest, ProposerUsage, full_brief
 
 WV = "w-0003"

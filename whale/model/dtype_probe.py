@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from whale.model.fast_engine import FastEngine
-from whale.model.packed_weights import _base
+from whale.model.packed_weights import base_model
 
 
 def _linear_seconds(m: int, k: int, n: int, dtype: torch.dtype, reps: int = 8) -> float:
@@ -59,7 +59,7 @@ def pick_dtype(model: Any, tokenizer: Any, choice: str) -> tuple[torch.dtype, st
 def bf16_matmul_speedup(model: Any) -> float:
     """fp32 time / bf16 time of this model's MLP matmul at batch 64 on this machine (best of 8 each).
     Many CPUs advertise bf16 yet run it slower than fp32 through torch; only a measurement tells."""
-    cfg = _base(model).config
+    cfg = base_model(model).config
     shape = (64, cfg.hidden_size, 2 * getattr(cfg, "intermediate_size", 4 * cfg.hidden_size))
     fp32, bf16 = (_linear_seconds(*shape, dtype) for dtype in (torch.float32, torch.bfloat16))
     return fp32 / bf16

@@ -24,7 +24,13 @@ import torch
 import torch.nn.functional as F
 
 from whale.model.engine import Generation, GenerationRequest, SamplingParams
-from whale.model.packed_weights import PackedModel, UnsupportedModel, _base, pack_weights, weights_signature
+from whale.model.packed_weights import (
+    PackedModel,
+    UnsupportedModel,
+    base_model,
+    pack_weights,
+    weights_signature,
+)
 from whale.model.sampling import chat_prompt_ids, eos_token_ids, finish_check, sample_next, sampled_logprobs
 
 
@@ -73,7 +79,7 @@ class FastEngine:
         self.prefill_tokens = prefill_tokens  # per admission step: bounds prefill memory and latency
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = eos_token_ids(model, tokenizer)
-        core = _base(model)
+        core = base_model(model)
         self.max_positions = int(getattr(core.config, "max_position_embeddings", 4096))
         self.rotary = getattr(getattr(core, "model", None), "rotary_emb", None)
         if self.rotary is None:

@@ -40,7 +40,7 @@ class PackedModel:
     dtype: torch.dtype
 
 
-def _base(model: Any) -> Any:
+def base_model(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
@@ -69,7 +69,7 @@ def weights_signature(model: Any) -> tuple:
 
 @torch.no_grad()
 def pack_weights(model: Any, dtype: torch.dtype) -> PackedModel:
-    core = _base(model)
+    core = base_model(model)
     inner = getattr(core, "model", None)
     layers = getattr(inner, "layers", None)
     if layers is None or not hasattr(core, "lm_head"):

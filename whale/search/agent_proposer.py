@@ -36,24 +36,37 @@ rules, environment names), stdout.txt, stderr.txt, proposals/ (a copy), session.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import shutil
-import signal
-import stat
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from whale.core.config import ProposerConfig
-from whale.core.files import atomic_write_json, read_json
+from whale.core.files import atomic_write_json
 from whale.harness import landlock
 from whale.harness.records import HarnessCandidate
+from whale.search.agent_sandbox import (
+    DEVICES,
+    SYSTEM_READ,
+    agent_env,
+    install_paths,
+    kill_group,
+    python_paths,
+    resolve_executable,
+)
+from whale.search.agent_workspace import (
+    UNCHECKED,
+    build_workspace,
+    collect,
+    compare,
+    copy_for_log,
+    remove_tree,
+    snapshot,
+)
 from whale.search.proposer import Proposal, ProposalRequest, ProposerUsage, budget_spent, session_dir
 
 PRESETS: dict[str, dict[str, list[str]]] = {
@@ -78,23 +91,7 @@ PRESETS: dict[str, dict[str, list[str]]] = {
     },
 }
 
-SYSTEM_READ = (
-    "/usr /lib /lib32 /lib64 /libx32 /bin /sbin /etc /opt /proc /sys /dev /run/systemd/resolve".split()
-)
 SYSTEM_READ.append("/nix/store")
-DEVICES = "/dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/ptmx /dev/pts".split()
-ENV_NAMES = tuple(
-    "PATH HOME LANG LANGUAGE LC_ALL LC_CTYPE TERM TZ USER LOGNAME SHELL HTTP_PROXY HTTPS_PROXY NO_PROXY "
-    "ALL_PROXY http_proxy https_proxy no_proxy all_proxy SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE "
-    "NODE_EXTRA_CA_CERTS".split()
-)
-ENV_PREFIXES = tuple(
-    "ANTHROPIC_ CLAUDE_ OPENAI_ CODEX_ AZURE_OPENAI_ AWS_ GOOGLE_ GEMINI_ VERTEX_ OPENROUTER_".split()
-)
-MAX_FILE_BYTES = 200_000  # one proposed harness file
-MAX_LOG_COPY_BYTES = 1_000_000  # files larger than this are not copied into the session log
-MAX_LOG_COPY_FILES = 500
-UNCHECKED = ("proposals", "tmp")  # workspace folders the agent may change
 
 PROMPT = (
     "Read TASK.md in the current directory and follow it: study the harnesses, scores and traces under "
@@ -291,288 +288,7 @@ class AgentProposer:
 # ---- the workspace -------------------------------------------------------------------------------------
 
 
-def build_workspace(request: ProposalRequest, workspace: Path) -> None:
-    root = request.archive.root
-    archive = workspace / "archive"
-    archive.mkdir()
-    if (root / "candidates").is_dir():
-        shutil.copytree(root / "candidates", archive / "candidates", symlinks=True)
-    else:
-        (archive / "candidates").mkdir()
-    for name in ("frontier.json", "evolution_summary.jsonl"):
-        if (root / name).is_file():
-            shutil.copy2(root / name, archive / name)
-    (workspace / "BRIEF.md").write_text(request.brief or "(no brief)\n")
-    (workspace / "TASK.md").write_text(task_text(request))
-    (workspace / "proposals").mkdir()
-    (workspace / "tmp").mkdir()
-    make_read_only(archive)
-    for name in ("BRIEF.md", "TASK.md"):
-        os.chmod(workspace / name, 0o444)
-    os.chmod(workspace, 0o555)  # a second layer for agents that are not root: only proposals/, tmp/ writable
-
-
-def task_text(request: ProposalRequest) -> str:
-    w = request.weights_version
-    parents = []
-    for i, p in enumerate(request.parents):
-        score = ""
-        path = request.archive.candidates_dir / p.id / "evals" / f"{w}.json"
-        if path.exists():
-            ev = read_json(path)
-            score = f": mean {ev['mean']:.3f}, {ev['tokens_per_rollout']:.0f} tokens per rollout"
-        role = " (incumbent, the harness to beat)" if i == 0 else " (frontier member)"
-        parents.append(f"- `{p.id}`{role}{score}; its hypothesis: {p.hypothesis or '-'}")
-    request_json = json.dumps(
-        {
-            "parents": [p.id for p in request.parents],
-            "incumbent": request.parents[0].id if request.parents else None,
-            "n": request.n,
-            "weights_version": w,
-            "iteration": request.iteration,
-        }
-    )
-    return f"""\
-# Task: propose up to {request.n} new harness files
-
-You improve the harness of an LLM agent: a Python file `run(task, llm, tools)` wrapped around the model being
-trained (prompts, parsing, tool use, retries, voting, verification). A harness is scored by its mean reward
-over the domain's tasks with the current model weights. BRIEF.md describes the domain and the harness
-contract; follow it exactly.
-
-## The archive (read-only)
-
-- `archive/candidates/<id>/harness.py`: the code of every harness tried so far
-- `archive/candidates/<id>/meta.json`: parent, hypothesis, proposer, status (seed, evaluated, invalid,
-  failed, duplicate, ...) and the reason for that status
-- `archive/candidates/<id>/evals/<weights>.json`: per-task scores (`per_task`), `mean`,
-  `tokens_per_rollout`, `calls_per_rollout`, `errors`
-- `archive/candidates/<id>/traces/<weights>.jsonl`: full rollouts, one a line: the model calls (messages
-  and replies), tool calls, the answer, the reward, any error
-- `archive/frontier.json`: the Pareto set (score up, tokens down) under the current weights
-- `archive/evolution_summary.jsonl`: one line per candidate evaluation, oldest first
-
-The current weights are `{w}`: read `evals/{w}.json` and `traces/{w}.jsonl`; files named after other
-weights come from older versions of the model.
-
-## Parents
-
-{chr(10).join(parents) or "- (none)"}
-
-Start from the parents. Read their failing traces first and find out why they fail; prefer changing a
-mechanism over rewording a prompt, and do not repeat what failed candidates already tried.
-
-## What to write
-
-Write up to {request.n} complete harness files (whole files, not diffs) into `proposals/`, e.g.
-`proposals/cand_1.py`, then `proposals/pending_eval.json`, a JSON list with one entry per file:
-
-```json
-[{{"name": "short-name", "file": "cand_1.py", "hypothesis": "one line: what changed and why it should score \
-higher", "base": "<id of the parent you started from>"}}]
-```
-
-Only `proposals/` is writable (and `$TMPDIR` for scratch); nothing outside this folder can be read. There is
-no model here: do not try to run the harnesses, they are validated and scored after you finish.
-
-## The request, machine-readable
-
-```json
-{request_json}
-```
-"""
-
-
-def make_read_only(folder: Path) -> None:
-    for dirpath, _dirnames, filenames in os.walk(folder):
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o444)
-        os.chmod(dirpath, 0o555)
-
-
-def remove_tree(folder: Path) -> None:
-    for dirpath, _dirnames, _filenames in os.walk(folder):
-        try:
-            os.chmod(dirpath, 0o700)
-        except OSError:
-            pass
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def snapshot(workspace: Path) -> dict[str, tuple]:
-    """Every entry of the workspace outside proposals/ and tmp/: path -> (kind, content hash or target)."""
-    found: dict[str, tuple] = {}
-
-    def walk(folder: Path, rel: str) -> None:
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError as exc:
-            found[rel or "."] = ("unlistable", str(exc))
-            return
-        for e in entries:
-            path = f"{rel}/{e.name}" if rel else e.name
-            st = e.stat(follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):
-                found[path] = ("link", os.readlink(e.path))
-            elif stat.S_ISDIR(st.st_mode):
-                found[path] = ("dir",)
-                if rel or e.name not in UNCHECKED:
-                    walk(Path(e.path), path)
-            elif stat.S_ISREG(st.st_mode):
-                found[path] = ("file", _hash(e.path))
-            else:
-                found[path] = ("other", stat.S_IFMT(st.st_mode))
-
-    walk(workspace, "")
-    return found
-
-
-def _hash(path: str) -> str:
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    except OSError as exc:
-        return f"unreadable: {exc.strerror}"
-    return h.hexdigest()
-
-
-def compare(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
-    changes = [f"created {p}" for p in sorted(set(after) - set(before))]
-    changes += [f"removed {p}" for p in sorted(set(before) - set(after))]
-    changes += [f"modified {p}" for p in sorted(set(before) & set(after)) if before[p] != after[p]]
-    return changes
-
-
-def copy_for_log(src: Path, dst: Path) -> None:
-    """Copy the proposals folder into the session log: regular files only, never following a link."""
-    if src.is_symlink() or not src.is_dir():
-        return
-    copied = 0
-    for dirpath, _dirnames, filenames in os.walk(src):
-        rel = os.path.relpath(dirpath, src)
-        target = dst / rel
-        target.mkdir(parents=True, exist_ok=True)
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_LOG_COPY_BYTES and copied < MAX_LOG_COPY_FILES:
-                try:
-                    shutil.copyfile(path, target / name, follow_symlinks=False)
-                    copied += 1
-                except OSError:
-                    pass
-
-
 # ---- results -------------------------------------------------------------------------------------------
-
-
-def read_proposal_file(proposals: Path, name: str, limit: int = MAX_FILE_BYTES) -> tuple[str | None, str]:
-    """(text, "") or (None, why not): the file must be a regular, singly linked UTF-8 text file inside
-    proposals/, reached without symlinks, of at most `limit` bytes."""
-    rel = Path(name)
-    if not name or rel.is_absolute() or ".." in rel.parts:
-        return None, "path escapes proposals/"
-    current = proposals
-    for part in rel.parts[:-1]:
-        current = current / part
-        if current.is_symlink() or not current.is_dir():
-            return None, "path through a symlink or a missing folder"
-    path = proposals / rel
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None, "no such file"
-    if stat.S_ISLNK(st.st_mode):
-        return None, "symlink"
-    if not stat.S_ISREG(st.st_mode):
-        return None, "not a regular file"
-    if st.st_nlink > 1:
-        return None, "hard link"
-    if st.st_size > limit:
-        return None, f"too big: {st.st_size} bytes, limit {limit}"
-    if not os.path.realpath(path).startswith(os.path.realpath(proposals) + os.sep):
-        return None, "path escapes proposals/"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        return None, f"unreadable ({exc.strerror})"
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None, "not a regular file"
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        return None, f"too big: over {limit} bytes"
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, "not UTF-8 text"
-    if "\x00" in text:
-        return None, "binary: NUL bytes"
-    return text, ""
-
-
-def collect(
-    proposals: Path, request: ProposalRequest, fallback: bool = True
-) -> tuple[list[HarnessCandidate], list[str], list[str]]:
-    """(candidates, per-file rejections, remarks) from proposals/pending_eval.json, or from its *.py files
-    when that is missing or malformed (and `fallback`)."""
-    remarks: list[str] = []
-    if proposals.is_symlink() or not proposals.is_dir():
-        return [], [], ["proposals/ is not a folder"]
-    entries: list[dict[str, Any]] | None = None
-    text, why = read_proposal_file(proposals, "pending_eval.json", 1_000_000)
-    if text is None:
-        remarks.append(f"pending_eval.json: {why}")
-    else:
-        try:
-            data = json.loads(text)
-            if isinstance(data, dict) and isinstance(data.get("candidates"), list):
-                data = data["candidates"]
-            if not isinstance(data, list) or not all(
-                isinstance(e, dict) and isinstance(e.get("file"), str) for e in data
-            ):
-                raise ValueError('expected a list of {"name", "file", "hypothesis", "base"} objects')
-            entries = data
-        except ValueError as exc:
-            remarks.append(f"pending_eval.json malformed: {str(exc)[:160]}")
-    if entries is None:
-        if not fallback:
-            return [], [], remarks
-        entries = [
-            {"file": p.name, "hypothesis": "(no pending_eval.json)"}
-            for p in sorted(proposals.iterdir())
-            if p.name.endswith(".py")
-        ]
-        if entries:
-            remarks.append(f"took the {len(entries)} .py files in proposals/")
-    known = set(request.archive.ids())
-    default_base = request.parents[0].id if request.parents else None
-    candidates: list[HarnessCandidate] = []
-    rejected: list[str] = []
-    seen: set[str] = set()
-    for entry in entries:
-        name = entry["file"]
-        label = name[:80]
-        if os.path.normpath(name) in seen:
-            rejected.append(f"{label} (listed twice)")
-            continue
-        seen.add(os.path.normpath(name))
-        if len(candidates) >= request.n:
-            rejected.append(f"{label} (over the {request.n} asked for)")
-            continue
-        source, why = read_proposal_file(proposals, name)
-        if source is None:
-            rejected.append(f"{label} ({why})")
-            continue
-        base = entry.get("base")
-        parent = base if isinstance(base, str) and base in known else default_base
-        hypothesis = str(entry.get("hypothesis") or entry.get("name") or "(no hypothesis)").strip()[:1000]
-        candidates.append(HarnessCandidate(request.next_id(), source, parent, hypothesis, "agent"))
-    return candidates, rejected, remarks
 
 
 def parse_usage(stdout: str, stderr: str) -> tuple[int, float, dict[str, Any]]:
@@ -613,64 +329,6 @@ def parse_usage(stdout: str, stderr: str) -> tuple[int, float, dict[str, Any]]:
 
 
 # ---- the process ---------------------------------------------------------------------------------------
-
-
-def agent_env(extra: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES) or k in extra}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.setdefault("HOME", os.path.expanduser("~"))
-    env.setdefault("LANG", "C.UTF-8")
-    return env
-
-
-def resolve_executable(name: str, path_env: str) -> str | None:
-    if os.sep in name:
-        path = os.path.abspath(os.path.expanduser(name))
-        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    found = shutil.which(name, path=path_env)
-    return os.path.abspath(found) if found else None
-
-
-def install_paths(exe: str, path_env: str, depth: int = 0) -> list[str]:
-    """What the agent's own install needs to be readable: the executable's real folder, the enclosing
-    package root (a folder with package.json, for npm installs), and the same for a script's interpreter."""
-    real = os.path.realpath(exe)
-    folder = os.path.dirname(real)
-    paths = [real, folder]
-    up = folder
-    for _ in range(3):
-        up = os.path.dirname(up)
-        if os.path.isfile(os.path.join(up, "package.json")):
-            paths.append(up)
-            break
-    if depth == 0:
-        try:
-            with open(real, "rb") as f:
-                first = f.readline(256)
-        except OSError:
-            first = b""
-        if first.startswith(b"#!"):
-            words = first[2:].decode(errors="replace").split()
-            if words and os.path.basename(words[0]) == "env":
-                words = [w for w in words[1:] if not w.startswith("-")]
-            interpreter = resolve_executable(words[0], path_env) if words else None
-            if interpreter:
-                paths += install_paths(interpreter, path_env, depth + 1)
-    return paths
-
-
-def python_paths() -> list[str]:
-    """The Python running the wrapper (it execs the agent, and scripted agents use it too)."""
-    return sorted(
-        {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    )
-
-
-def kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
