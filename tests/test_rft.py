@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,10 @@ from whale.harness.records import HarnessCandidate, ModelCall, Rollout
 from whale.harness.runner import RolloutRunner
 from whale.model.engine import SamplingParams
 from whale.model.hf_engine import HFEngine
-from whale.weights.step import build_batch, drop_uniform, group_advantages, sample
+from whale.model.losses import Objective
+from whale.weights.examples import drop_uniform
+from whale.weights.grpo import group_advantages
+from whale.weights.step import WeightSettings, build_batch, sample
 
 
 def call(prompt: list[int], completion: list[int], train: bool = True, temperature: float = 1.0) -> ModelCall:
@@ -122,8 +126,11 @@ def test_the_runner_records_sampling_logprobs_only_for_jobs_that_ask(tiny, add_d
     runner = RolloutRunner(HFEngine(model, tokenizer), add_domain, SamplingParams(max_tokens=4), seed=1)
     seed = HarnessCandidate("c0", add_domain.seed_harness())
     try:
-        asked, _ = sample(runner, [seed], add_domain.tasks, random.Random(0), 2, 2, "s", logprobs=True)
-        plain, _ = sample(runner, [seed], add_domain.tasks, random.Random(0), 2, 2, "s")
+        grpo = WeightSettings("grpo", 2, 2, 1.0, 8, False, True, Objective("grpo"))
+        asked, _ = sample(runner, [seed], add_domain.tasks, random.Random(0), grpo, "s")
+        plain, _ = sample(
+            runner, [seed], add_domain.tasks, random.Random(0), replace(grpo, algorithm="rft"), "s"
+        )
     finally:
         runner.close()
     for r in asked:

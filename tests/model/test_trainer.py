@@ -11,7 +11,7 @@ from whale.harness.records import ModelCall, Rollout
 from whale.model.engine import GenerationRequest, SamplingParams
 from whale.model.hf_engine import HFEngine
 from whale.model.trainer import Trainer, TrainerConfig, TrainExample, token_nll
-from whale.weights.step import examples_from
+from whale.weights.examples import call_examples
 
 QUESTIONS = ["What is 3 + 4?", "Name a fruit.", "hi", "Count to five, please, slowly and clearly."]
 
@@ -30,7 +30,7 @@ def recorded_rollouts(model, tokenizer, seed: int = 0) -> list[Rollout]:
 
 @pytest.fixture
 def examples(make_tiny, tokenizer) -> list[TrainExample]:
-    ex = examples_from(recorded_rollouts(make_tiny(), tokenizer))
+    ex = [e for r in recorded_rollouts(make_tiny(), tokenizer) for e in call_examples(r)]
     assert len(ex) == len(QUESTIONS)
     return ex
 
@@ -42,7 +42,7 @@ def pad_id(tokenizer) -> int:
 def test_examples_mask_exactly_the_completion(make_tiny, tokenizer):
     rollouts = recorded_rollouts(make_tiny(), tokenizer)
     rollouts[0].calls.append(ModelCall([], [1, 2], [3], "x", "length", False, {}))  # train=False: skipped
-    ex = examples_from(rollouts)
+    ex = [e for r in rollouts for e in call_examples(r)]
     assert len(ex) == len(QUESTIONS)
     for e, r in zip(ex, rollouts, strict=True):
         c = r.calls[0]

@@ -102,7 +102,7 @@ def eval_(
 
     from whale.core.config import load_config
     from whale.harness import validate
-    from whale.run.experiment import score_rollouts
+    from whale.run.evaluation import score_rollouts
 
     cfg = load_config(preset, None, [*domain_overrides(domain, domain_file), *(set_ or [])])
     source = harness_source(harness)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from rich.console import Console
 from rich.progress import (
@@ -17,6 +17,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.text import Text
+
+# How a phase step shows progress without knowing the console: `bars(label, total)` opens a bar and yields
+# a callback that advances it by one (functools.partial(track, console) is one).
+Bars = Callable[[str, int], AbstractContextManager[Callable[..., None]]]
 
 
 class RateColumn(ProgressColumn):

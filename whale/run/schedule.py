@@ -185,6 +185,24 @@ class AdaptiveAlternation:
         return Decision(nxt, False, "", signals)
 
 
+@dataclass(frozen=True)
+class MethodRules:
+    """What a method changes beyond its phase rule; the experiment asks these instead of method names."""
+
+    trains: bool = True  # False: harness-only never takes a weight step (a server without ids may serve)
+    population: bool = False  # fast-slow: the harness phase evolves a population, the best one evaluated
+    prompts_only: bool = False  # fast-slow: proposals may change prompt text only
+    ends_with_proposer: bool = False  # harness-only: once the proposer's budget is spent, the run ends
+
+
+def method_rules(method: str) -> MethodRules:
+    if method == "harness-only":
+        return MethodRules(trains=False, ends_with_proposer=True)
+    if method == "fast-slow":
+        return MethodRules(population=True, prompts_only=True)
+    return MethodRules()
+
+
 def weight_phase_steps(cfg: Any, train_tasks: int, tasks_per_step: int) -> int:
     """E in weight steps: `cfg.weight_epochs` passes over the train split when set (the paper's E = 0.6
     epoch: each step draws `tasks_per_step` tasks, rounded up), else `cfg.weight_steps`."""

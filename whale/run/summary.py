@@ -1,7 +1,7 @@
 """A run's headline numbers from its files: before/after, best test, test at best validation, the diff.
 
 Pure reads (no torch, nothing written), so the report and `whale status` can use it on a live run;
-`whale.run.experiment.summarize_run` writes the same thing to summary.json when a run ends.
+`summarize_run` writes the same thing to summary.json when a run ends.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from whale.core.files import read_json, read_jsonl
+from whale.core.config import ConfigError
+from whale.core.files import atomic_write_json, read_json, read_jsonl
 
 
 def harness_diff(search: Path, final: str) -> str:
@@ -61,3 +62,12 @@ def run_summary(out: Path) -> dict[str, Any] | None:
             {k: e[k] for k in ("from", "to", "rollouts", "reason", "signals") if k in e} for e in switches
         ],
     }
+
+
+def summarize_run(out: Path) -> dict[str, Any]:
+    """The run's summary (see whale.run.summary), also written to summary.json."""
+    summary = run_summary(out)
+    if summary is None:
+        raise ConfigError(f"{out}: no evaluation points yet")
+    atomic_write_json(out / "summary.json", {k: v for k, v in summary.items() if k != "points"})
+    return summary

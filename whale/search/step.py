@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from whale.core.config import Config
 from whale.core.stats import decide_acceptance
 from whale.harness import validate
 from whale.harness.calls import RolloutJob
@@ -21,6 +22,29 @@ from whale.rollout.executor import Executor
 from whale.search.archive import Archive, CandidateEval, code_fingerprint
 from whale.search.mutation import signature
 from whale.search.proposer import Proposal, ProposalRequest, Proposer
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Everything one search step needs from the config (search.*, and the population size)."""
+
+    candidates: int  # challengers proposed per iteration
+    rollouts_per_task: int  # on the search split, per candidate
+    smoke_tasks: int  # tasks a candidate must run on without failing before its evaluation
+    alpha: float  # the paired acceptance test's level
+    brief: str  # what the proposer reads about the domain
+    population: int = 1  # fast-slow: members kept
+
+    @classmethod
+    def from_config(cls, cfg: Config, brief: str) -> SearchSettings:
+        s = cfg.search
+        return cls(
+            s.candidates_per_iter, s.rollouts_per_task, s.smoke_tasks, s.alpha, brief, cfg.schedule.population
+        )
+
+    def rollouts(self, tasks: int) -> int:
+        """Rollouts one iteration spends at most: every candidate smoke-tested and evaluated."""
+        return self.candidates * (tasks * self.rollouts_per_task + self.smoke_tasks)
 
 
 @dataclass
@@ -92,8 +116,7 @@ def try_candidates(
     archive: Archive,
     candidates: list[HarnessCandidate],
     tasks: list[Task],
-    rollouts_per_task: int,
-    smoke_tasks: int,
+    settings: SearchSettings,
     result: IterationResult,
     on_done: Callable[[Rollout], None] | None = None,
 ) -> None:
@@ -116,47 +139,47 @@ def try_candidates(
             archive.set_status(cand, "invalid", "; ".join(problems[:3]))
             result.failed[cand.id] = problems[0]
             continue
-        smoke = runner.run([RolloutJob(t, cand, 0) for t in tasks[:smoke_tasks]], on_done)
+        smoke = runner.run([RolloutJob(t, cand, 0) for t in tasks[: settings.smoke_tasks]], on_done)
         result.rollouts += smoke
         if all(r.error is not None for r in smoke):
             archive.set_status(cand, "failed", f"smoke test: {smoke[0].error}")
             result.failed[cand.id] = smoke[0].error or ""
             continue
         archive.set_status(cand, "evaluated")
-        ev, spent = evaluate_candidate(runner, archive, cand, tasks, rollouts_per_task, on_done)
+        ev, spent = evaluate_candidate(runner, archive, cand, tasks, settings.rollouts_per_task, on_done)
         result.rollouts += spent
         result.evaluated.append(ev)
 
 
-def search_iteration(
+def harness_step(
     runner: Executor,
     archive: Archive,
     proposer: Proposer,
     incumbent: HarnessCandidate,
     incumbent_eval: CandidateEval,
     tasks: list[Task],
-    n_candidates: int,
-    rollouts_per_task: int,
-    smoke_tasks: int,
-    alpha: float,
+    settings: SearchSettings,
     seed: int,
     on_done: Callable[[Rollout], None] | None = None,
-    brief: str = "",
 ) -> IterationResult:
+    """One search iteration against one incumbent: propose, validate, smoke-test, evaluate, and accept the
+    best challenger only if the paired test says so. `seed` seeds the proposer and the test."""
     weights = runner.weights_version
     frontier = [archive.load(cid) for cid in archive.update_frontier(weights) if cid != incumbent.id]
-    proposal = propose_new(archive, proposer, [incumbent, *frontier], n_candidates, weights, brief, seed)
+    parents = [incumbent, *frontier]
+    proposal = propose_new(archive, proposer, parents, settings.candidates, weights, settings.brief, seed)
     result = IterationResult(incumbent, incumbent_eval, False, "no valid challenger", proposal=proposal)
     if not proposal.candidates:
         result.reason = f"no candidates: {proposal.note or 'the proposer returned none'}"
-    try_candidates(
-        runner, archive, proposal.candidates, tasks, rollouts_per_task, smoke_tasks, result, on_done
-    )
+    try_candidates(runner, archive, proposal.candidates, tasks, settings, result, on_done)
     if result.evaluated:
         best = max(result.evaluated, key=lambda e: (e.mean, -e.tokens_per_rollout))
         ids = sorted(incumbent_eval.per_task)
         decision = decide_acceptance(
-            [best.per_task[t] for t in ids], [incumbent_eval.per_task[t] for t in ids], alpha=alpha, seed=seed
+            [best.per_task[t] for t in ids],
+            [incumbent_eval.per_task[t] for t in ids],
+            alpha=settings.alpha,
+            seed=seed,
         )
         result.reason = f"{best.candidate_id} vs {incumbent.id}: {decision.reason}"
         if decision.accepted:
@@ -179,32 +202,31 @@ class PopulationResult:
     proposal: Proposal
 
 
-def population_iteration(
+def population_step(
     runner: Executor,
     archive: Archive,
     proposer: Proposer,
     population: list[CandidateEval],
     tasks: list[Task],
-    n_candidates: int,
-    rollouts_per_task: int,
-    smoke_tasks: int,
-    size: int,
+    settings: SearchSettings,
+    iteration: int,
     on_done: Callable[[Rollout], None] | None = None,
-    brief: str = "",
-    iteration: int = 0,
 ) -> PopulationResult:
-    """Fast-Slow's fast loop: children of population members compete with them; the top `size` survive.
+    """Fast-Slow's fast loop: children of population members compete with them; the top `settings.population`
+    survive.
 
     `population` must be scored under the current weights. Ties keep the cheaper, then the older member.
     """
     members = sorted(population, key=lambda e: (-e.mean, e.tokens_per_rollout, e.candidate_id))
     parents = [archive.load(e.candidate_id) for e in members]
     weights = runner.weights_version
-    proposal = propose_new(archive, proposer, parents, n_candidates, weights, brief, iteration)
+    proposal = propose_new(
+        archive, proposer, parents, settings.candidates, weights, settings.brief, iteration
+    )
     step = IterationResult(parents[0], members[0], False, "", proposal=proposal)
-    try_candidates(runner, archive, proposal.candidates, tasks, rollouts_per_task, smoke_tasks, step, on_done)
+    try_candidates(runner, archive, proposal.candidates, tasks, settings, step, on_done)
     pool = sorted(members + step.evaluated, key=lambda e: (-e.mean, e.tokens_per_rollout, e.candidate_id))
-    survivors = pool[: max(1, size)]
+    survivors = pool[: max(1, settings.population)]
     for ev in pool:
         if archive.meta(ev.candidate_id)["status"] != "seed":
             status = "population" if ev in survivors else "dropped"

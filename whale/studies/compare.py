@@ -10,7 +10,7 @@ A method is a schedule (`whale`, `weight-only`, ...) optionally followed by `+<a
 `weights.algorithm` (`whale+dpo`, `weight-only+grpo`); without it the base config's algorithm is used.
 
 The start evaluation (base weights, seed harness) is computed by the first run of each seed and lent to
-the others, which would only repeat it (see Experiment.start_eval_source).
+the others, which would only repeat it (see whale.run.evaluation.start_eval_source).
 
 Scores are pooled over seeds per task (tasks are the resampling unit of every interval), so a method's
 row and its paired difference against the reference method (the first one listed) use the same tasks.
@@ -30,6 +30,7 @@ from rich.table import Table
 from whale.core.config import ALGORITHMS, METHODS, Config, ConfigError, config_from_dict
 from whale.core.files import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from whale.core.stats import PairedDifference, bootstrap_ci, paired_difference
+from whale.run.events import SUMMARY_FIELDS
 from whale.run.summary import best_val_point
 
 
@@ -142,27 +143,6 @@ class RunData:
     events: list[dict[str, Any]]  # weight steps, search iterations, re-evaluations, phase switches
 
 
-EVENT_KEYS = {
-    "weight_step": (
-        "step",
-        "algorithm",
-        "train_reward",
-        "kept",
-        "total",
-        "examples",
-        "dropped_tasks",
-        "loss",
-        "kl",
-        "margin",
-        "mean_abs_advantage",
-        "harnesses",
-    ),
-    "search_iteration": ("iteration", "incumbent", "incumbent_score", "accepted", "candidates", "spent"),
-    "reeval": ("harness", "score", "spent"),
-    "phase_switch": ("from", "to", "phase", "length", "reason"),
-}
-
-
 def per_task_rewards(folder: Path, point: int, split: str) -> dict[str, float]:
     by_task: dict[str, list[float]] = defaultdict(list)
     for r in read_jsonl(folder / "evals" / f"{point:03d}" / f"{split}.jsonl"):
@@ -180,10 +160,10 @@ def load_run_data(folder: Path, method: str) -> RunData:
     events = [
         {
             "event": e["event"],
-            **{k: e[k] for k in (*EVENT_KEYS[e["event"]], "unit", "rollouts", "wall_s") if k in e},
+            **{k: e[k] for k in (*SUMMARY_FIELDS[e["event"]], "unit", "rollouts", "wall_s") if k in e},
         }
         for e in read_jsonl(folder / "events.jsonl")
-        if e["event"] in EVENT_KEYS
+        if e["event"] in SUMMARY_FIELDS
     ]
     seed = int(yaml.safe_load((folder / "config.yaml").read_text())["seed"])
     return RunData(method, seed, points, read_json(folder / "state.json")["budget"], events)

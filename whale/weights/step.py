@@ -1,14 +1,14 @@
 """One online weight step under a frozen harness (or, for Fast-Slow, a frozen population of harnesses,
 one drawn per task): sample, turn the rollouts into training examples, train.
 
-`sample` runs k rollouts on each drawn task; `build_batch` turns them into examples for the configured
-algorithm, always on the `train=True` model calls and their exact sampled token ids (loss on completion
-tokens only); `train_on` takes the optimizer steps.
+`weight_step` is the whole step: `sample` runs k rollouts on each drawn task; `build_batch` turns them
+into examples for the configured algorithm, always on the `train=True` model calls and their exact
+sampled token ids (loss on completion tokens only); `train_on` takes the optimizer steps.
 
-    rft    the rollouts that pass the reward threshold, as SFT targets
-    dpo    pairs of a passing and a failing rollout of the same task under the same harness
-    grpo   every rollout, weighted by its reward minus its group's mean (a group: one task's k rollouts
-           under one harness), optionally divided by the group's standard deviation
+    rft    (rft.py) the rollouts that pass the reward threshold, as SFT targets
+    dpo    (dpo.py) pairs of a passing and a failing rollout of the same task under the same harness
+    grpo   (grpo.py) every rollout, weighted by its reward minus its group's mean (a group: one task's k
+           rollouts under one harness), optionally divided by the group's standard deviation
 
 A rollout with several trainable calls gives one sequence per call, all sharing its advantage or pair
 side. Groups whose rollouts all pass or all fail can be dropped: GRPO gets no signal from them, and for
@@ -18,20 +18,47 @@ RFT an all-pass task is one the model already solves.
 from __future__ import annotations
 
 import random
-import statistics
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from whale.core.config import Config, WeightsConfig
+from whale.core.progress import Bars
 from whale.harness.calls import RolloutJob
-from whale.harness.records import HarnessCandidate, ModelCall, Rollout
+from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.task import Task
 from whale.model.losses import Objective
-from whale.model.trainer import Trainer, TrainExample
+from whale.model.trainer import Trainer, TrainExample, training_units
 from whale.rollout.executor import Executor
+from whale.weights.dpo import dpo_contributions
+from whale.weights.examples import call_examples, drop_uniform
+from whale.weights.grpo import grpo_contributions
+from whale.weights.rft import select_kept
 
 LOSS_OF = {"rft": "sft", "dpo": "dpo", "grpo": "grpo"}  # weights.algorithm -> Objective.kind
+
+
+@dataclass(frozen=True)
+class WeightSettings:
+    """Everything one weight step needs from the config (weights.* and rft.*)."""
+
+    algorithm: str  # rft, dpo or grpo
+    tasks_per_step: int
+    k: int  # rollouts per task
+    threshold: float  # a rollout passes at or above this reward
+    max_kept_per_task: int
+    drop_uniform_groups: bool
+    std_normalize: bool
+    objective: Objective
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> WeightSettings:
+        w, r = cfg.weights, cfg.rft
+        objective = Objective(LOSS_OF[w.algorithm], w.dpo_beta, w.grpo_clip, w.kl_coef)
+        return cls(
+            w.algorithm, r.tasks_per_step, r.k, r.reward_threshold, r.max_kept_per_task,
+            w.drop_uniform_groups, w.grpo_std_normalize, objective,
+        )  # fmt: skip
 
 
 @dataclass
@@ -59,111 +86,6 @@ class WeightStepResult:
     mean_abs_advantage: float | None = None
     margin: float | None = None  # dpo: mean implicit reward margin, chosen over rejected
     kl: float | None = None  # mean per-token KL to the phase-start weights (None without a reference)
-
-
-def trainable(rollout: Rollout) -> list[ModelCall]:
-    return [c for c in rollout.calls if c.train and c.completion_ids]
-
-
-def call_example(call: ModelCall, **fields: Any) -> TrainExample:
-    """A model call as (prompt + completion ids, mask on the completion), with the loss's extra fields."""
-    ids = call.prompt_ids + call.completion_ids
-    return TrainExample(ids, [0] * len(call.prompt_ids) + [1] * len(call.completion_ids), **fields)
-
-
-def call_examples(rollout: Rollout, **fields: Any) -> list[TrainExample]:
-    """Every train=True model call of a rollout as a training sequence."""
-    return [call_example(c, **fields) for c in trainable(rollout)]
-
-
-def examples_from(rollouts: list[Rollout]) -> list[TrainExample]:
-    return [e for r in rollouts for e in call_examples(r)]
-
-
-def passed(rollout: Rollout, threshold: float) -> bool:
-    return rollout.error is None and rollout.reward >= threshold
-
-
-def groups_of(rollouts: list[Rollout]) -> dict[tuple[str, str], list[Rollout]]:
-    """Rollouts by (task, harness), in sample order: the rollouts whose rewards are comparable."""
-    groups: dict[tuple[str, str], list[Rollout]] = defaultdict(list)
-    for r in rollouts:
-        groups[(r.task_id, r.harness_id)].append(r)
-    return groups
-
-
-def drop_uniform(rollouts: list[Rollout], threshold: float) -> tuple[list[Rollout], int]:
-    """The rollouts of groups with both passing and failing members, and how many groups were dropped."""
-    keep, dropped = [], 0
-    for group in groups_of(rollouts).values():
-        if len({passed(r, threshold) for r in group}) == 2:
-            keep += group
-        else:
-            dropped += 1
-    return keep, dropped
-
-
-def select_kept(rollouts: list[Rollout], threshold: float, max_per_task: int) -> list[Rollout]:
-    per_task: dict[str, list[Rollout]] = defaultdict(list)
-    for r in rollouts:
-        if passed(r, threshold) and len(per_task[r.task_id]) < max_per_task:
-            per_task[r.task_id].append(r)
-    return [r for group in per_task.values() for r in group]
-
-
-def group_advantages(rewards: list[float], std_normalize: bool = True) -> list[float]:
-    """Reward minus the group mean, divided by the group's (population) standard deviation if asked;
-    a group whose rewards are all equal gets zeros."""
-    mean = sum(rewards) / len(rewards)
-    centred = [r - mean for r in rewards]
-    std = statistics.pstdev(rewards)
-    if not std_normalize:
-        return centred
-    return [c / std if std > 1e-8 else 0.0 for c in centred]
-
-
-def grpo_contributions(
-    rollouts: list[Rollout], std_normalize: bool
-) -> list[tuple[Rollout, list[TrainExample], float]]:
-    """Every rollout with trainable calls, its sequences carrying its advantage and sampling log-probs."""
-    out = []
-    for group in groups_of(rollouts).values():
-        for r, advantage in zip(
-            group, group_advantages([r.reward for r in group], std_normalize), strict=True
-        ):
-            calls = trainable(r)
-            if any(c.logprobs is None or len(c.logprobs) != len(c.completion_ids) for c in calls):
-                raise ValueError(
-                    f"grpo: rollout {r.task_id}/{r.sample} has a model call without sampling log-probs "
-                    "for every token (the engine must record them when a request asks)"
-                )
-            examples = [
-                call_example(
-                    c, temperature=float(c.params.get("temperature", 1.0)), advantage=advantage,
-                    old_logprobs=list(c.logprobs),
-                )
-                for c in calls
-            ]  # fmt: skip
-            if examples:
-                out.append((r, examples, advantage))
-    return out
-
-
-def dpo_contributions(
-    rollouts: list[Rollout], threshold: float, max_pairs_per_task: int
-) -> list[tuple[Rollout, list[TrainExample]]]:
-    """Pairs of a passing and a failing rollout of one task under one harness, matched in sample order;
-    each rollout is used at most once."""
-    out, pair = [], 0
-    for group in groups_of(rollouts).values():
-        usable = [r for r in group if trainable(r)]
-        chosen = [r for r in usable if passed(r, threshold)]
-        rejected = [r for r in usable if not passed(r, threshold)]
-        for good, bad in list(zip(chosen, rejected, strict=False))[:max_pairs_per_task]:
-            out.append((good, call_examples(good, pair=pair, chosen=True)))
-            out.append((bad, call_examples(bad, pair=pair, chosen=False)))
-            pair += 1
-    return out
 
 
 def build_batch(
@@ -206,20 +128,19 @@ def sample(
     harnesses: list[HarnessCandidate],
     train_tasks: list[Task],
     rng: random.Random,
-    tasks_per_step: int,
-    k: int,
+    settings: WeightSettings,
     salt: str = "",
     on_done: Callable[[Rollout], None] | None = None,
-    logprobs: bool = False,
 ) -> tuple[list[Rollout], dict[str, int]]:
     """k rollouts on each of `tasks_per_step` drawn tasks; each task's harness drawn from `harnesses`.
-    Returns the rollouts and how many tasks each harness ran. `logprobs` records sampling log-probs."""
-    tasks = rng.sample(train_tasks, min(tasks_per_step, len(train_tasks)))
+    Returns the rollouts and how many tasks each harness ran. GRPO records sampling log-probs."""
+    tasks = rng.sample(train_tasks, min(settings.tasks_per_step, len(train_tasks)))
     chosen = [harnesses[0] if len(harnesses) == 1 else rng.choice(harnesses) for _ in tasks]
+    logprobs = settings.algorithm == "grpo"
     jobs = [
         RolloutJob(t, h, s, salt, logprobs=logprobs)
         for t, h in zip(tasks, chosen, strict=True)
-        for s in range(k)
+        for s in range(settings.k)
     ]
     return runner.run(jobs, on_done), dict(Counter(h.id for h in chosen))
 
@@ -248,3 +169,32 @@ def train_on(
         margin=stats["margin"],
         kl=stats["kl"],
     )
+
+
+def needs_reference(w: WeightsConfig) -> bool:
+    """DPO's loss and GRPO's KL penalty need the phase-start weights; otherwise the KL to them is only
+    logged on request (`weights.log_kl`), since it costs a no-grad pass over every step's examples."""
+    return w.algorithm == "dpo" or w.kl_coef > 0 or w.log_kl
+
+
+def weight_step(
+    runner: Executor,
+    trainer: Trainer,
+    harnesses: list[HarnessCandidate],
+    train_tasks: list[Task],
+    settings: WeightSettings,
+    rng: random.Random,
+    salt: str,
+    bars: Bars,
+    label: str,
+) -> WeightStepResult:
+    """One weight step: sample under `harnesses`, build the algorithm's batch, take the optimizer steps."""
+    with bars(f"{label}: sampling", settings.tasks_per_step * settings.k) as tick:
+        rollouts, used = sample(runner, harnesses, train_tasks, rng, settings, salt, tick)
+    batch = build_batch(
+        rollouts, settings.algorithm, settings.threshold, settings.max_kept_per_task,
+        settings.drop_uniform_groups, settings.std_normalize,
+    )  # fmt: skip
+    n = trainer.optimizer_steps_for(len(training_units(batch.examples)))
+    with bars(f"{label}: training", n) as tick:
+        return train_on(trainer, rollouts, used, batch, settings.objective, tick)

@@ -12,7 +12,7 @@ from whale.harness.runner import RolloutRunner
 from whale.model.engine import SamplingParams
 from whale.search.archive import Archive
 from whale.search.proposer import Proposal, ProposalRequest
-from whale.search.step import evaluate_candidate, population_iteration, search_iteration, summarize
+from whale.search.step import SearchSettings, evaluate_candidate, harness_step, population_step, summarize
 
 WRONG = 'def run(task, llm, tools):\n    llm.chat([{"role": "user", "content": "guess"}])\n    return "0"\n'
 INVALID = "import os\n\n\ndef run(task, llm, tools):\n    return os.getcwd()\n"
@@ -77,9 +77,9 @@ def test_search_iteration_records_invalid_and_failed_candidates_and_accepts_a_be
     assert inc_eval.calls_per_rollout == 1.0 and inc_eval.tokens_per_rollout == 4.0
 
     proposer = ListProposer([INVALID, CRASHES, add_domain.seed_harness()])
-    result = search_iteration(
+    result = harness_step(
         runner, archive, proposer, incumbent, inc_eval, tasks,
-        n_candidates=3, rollouts_per_task=1, smoke_tasks=2, alpha=0.05, seed=0,
+        SearchSettings(3, 1, 2, 0.05, ""), 0,
     )  # fmt: skip
     (parents, seen, n), *_ = proposer.calls
     assert parents[0] == "c0000" and n == 3 and len(seen) == 1
@@ -116,9 +116,9 @@ def test_search_iteration_keeps_the_incumbent_when_no_challenger_is_better(tmp_p
     inc_eval, _ = evaluate_candidate(runner, archive, good, add_domain.tasks, 1)
     assert inc_eval.mean == 1.0
     same_score = add_domain.seed_harness() + "\n\nUNUSED = 1\n"
-    result = search_iteration(
+    result = harness_step(
         runner, archive, ListProposer([same_score, WRONG]), good, inc_eval, add_domain.tasks,
-        n_candidates=2, rollouts_per_task=1, smoke_tasks=1, alpha=0.05, seed=0,
+        SearchSettings(2, 1, 1, 0.05, ""), 0,
     )  # fmt: skip
     assert not result.accepted and result.incumbent.id == "c0000" and result.incumbent_eval is inc_eval
     assert result.reason.startswith("c0001 vs c0000: rejected")
@@ -133,17 +133,17 @@ def test_search_iteration_with_only_invalid_candidates_still_completes(tmp_path,
     archive.add(good, status="seed")
     inc_eval, _ = evaluate_candidate(runner, archive, good, add_domain.tasks, 1)
     broken = "def run(task, llm, tools)\n    return '1'\n"
-    result = search_iteration(
+    result = harness_step(
         runner, archive, ListProposer([INVALID, broken]), good, inc_eval, add_domain.tasks,
-        n_candidates=2, rollouts_per_task=1, smoke_tasks=2, alpha=0.05, seed=0,
+        SearchSettings(2, 1, 2, 0.05, ""), 0,
     )  # fmt: skip
     assert not result.accepted and result.reason == "no valid challenger" and result.rollouts == []
     assert [archive.meta(c)["status"] for c in ("c0001", "c0002")] == ["invalid", "invalid"]
     assert "syntax error" in archive.meta("c0002")["reason"]
     # the next iteration reads an archive holding unparsable code and carries on
-    again = search_iteration(
+    again = harness_step(
         runner, archive, ListProposer([WRONG]), good, inc_eval, add_domain.tasks,
-        n_candidates=1, rollouts_per_task=1, smoke_tasks=1, alpha=0.05, seed=1,
+        SearchSettings(1, 1, 1, 0.05, ""), 1,
     )  # fmt: skip
     assert archive.ids()[-1] == "c0003" and not again.accepted
     assert archive.meta("c0003")["status"] == "rejected"
@@ -163,9 +163,9 @@ def test_population_iteration_keeps_the_top_members_and_records_who_was_dropped(
     seed_eval, _ = evaluate_candidate(runner, archive, seed, add_domain.tasks, 1)
     good = add_domain.seed_harness()
     proposer = ListProposer([good, INVALID, good + "\n\nUNUSED = 2\n"])
-    result = population_iteration(
+    result = population_step(
         runner, archive, proposer, [seed_eval], add_domain.tasks,
-        n_candidates=3, rollouts_per_task=1, smoke_tasks=1, size=2,
+        SearchSettings(3, 1, 1, 0.05, "", population=2), 0,
     )  # fmt: skip
     assert [e.candidate_id for e in result.population] == ["c0001", "c0003"]  # both 1.0; c0000 scored 0
     assert [e.mean for e in result.population] == [1.0, 1.0]
@@ -175,9 +175,9 @@ def test_population_iteration_keeps_the_top_members_and_records_who_was_dropped(
         "population", "invalid", "population",
     ]  # fmt: skip
     assert len(result.rollouts) == 2 + 2 * len(add_domain.tasks)
-    again = population_iteration(
+    again = population_step(
         runner, archive, ListProposer([WRONG + "\nX = 1\n"]), result.population, add_domain.tasks,
-        n_candidates=1, rollouts_per_task=1, smoke_tasks=1, size=2,
+        SearchSettings(1, 1, 1, 0.05, "", population=2), 0,
     )  # fmt: skip
     assert [e.candidate_id for e in again.population] == ["c0001", "c0003"]
     assert archive.meta("c0004")["status"] == "dropped"
@@ -190,9 +190,9 @@ def test_duplicate_code_is_recorded_and_not_run_again(tmp_path, runner, add_doma
     seed_eval, _ = evaluate_candidate(runner, archive, seed, add_domain.tasks, 1)
     reworded = '"""Same code, new docstring."""\n\n\n' + WRONG.replace("return", "# a comment\n    return")
     good = add_domain.seed_harness()
-    result = search_iteration(
+    result = harness_step(
         runner, archive, ListProposer([reworded, good, good + "\n# trailing comment\n"]), seed, seed_eval,
-        add_domain.tasks, n_candidates=3, rollouts_per_task=1, smoke_tasks=1, alpha=0.05, seed=0,
+        add_domain.tasks, SearchSettings(3, 1, 1, 0.05, ""), 0,
     )  # fmt: skip
     assert archive.meta("c0001") | {"status": "duplicate"} == archive.meta("c0001")
     assert archive.meta("c0001")["reason"] == "same code as c0000"

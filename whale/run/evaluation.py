@@ -1,0 +1,97 @@
+"""Evaluation points: the incumbent scored on val and test (mean@k with CIs, pass@k, maj@k), or a point
+copied when it would only repeat one already taken (the previous point with the same weights and
+harness, or a sibling run's identical start)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from whale.core.config import Config
+from whale.core.progress import Bars
+from whale.core.stats import SplitScore, score_split
+from whale.harness.calls import RolloutJob
+from whale.harness.records import HarnessCandidate, Rollout
+from whale.harness.task import Task
+from whale.rollout.executor import Executor
+from whale.run.rundir import RunDir
+
+SPLITS = ("val", "test")
+
+
+def score_rollouts(rollouts: list[Rollout], tasks: list[Task]) -> SplitScore:
+    """mean@k with CI, pass@k and maj@k over tasks, from rollouts grouped by task id."""
+    by_task: dict[str, list[Rollout]] = {t.id: [] for t in tasks}
+    for r in rollouts:
+        by_task[r.task_id].append(r)
+    rewards = [[r.reward for r in rs] for rs in by_task.values()]
+    answers = [[r.answer for r in rs] for rs in by_task.values()]
+    return score_split(rewards, answers)
+
+
+def evaluate(
+    runner: Executor, harness: HarnessCandidate, splits: dict[str, list[Task]], k: int, bars: Bars
+) -> dict[str, tuple[list[Rollout], dict[str, Any]]]:
+    """k rollouts of `harness` on every val and test task: the rollouts and the score of each split."""
+    out = {}
+    for split in SPLITS:
+        tasks = splits[split]
+        with bars(f"evaluating {split} mean@{k}", len(tasks) * k) as tick:
+            rollouts = runner.run([RolloutJob(t, harness, s) for t in tasks for s in range(k)], tick)
+        out[split] = (rollouts, asdict(score_rollouts(rollouts, tasks)))
+    return out
+
+
+def copied_point(source: RunDir, point: int) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """Evaluation point `point` of `source`: its record (without provenance) and its rollouts per split."""
+    record = next(r for r in source.points() if r["point"] == point)
+    record = {k: v for k, v in record.items() if k not in ("reused_from", "repeats")}
+    return record, {split: source.eval_rows(point, split) for split in SPLITS}
+
+
+def start_eval_key(cfg: Config) -> dict[str, Any]:
+    """Everything that decides a run's start evaluation: the config without the schedule and the weight
+    algorithm (what `whale compare` varies between methods); checkpoints and tracking do not score."""
+    data = cfg.model_dump()
+    for key in ("schedule", "checkpoints", "tracking"):
+        data.pop(key, None)
+    data["weights"].pop("algorithm", None)
+    return data
+
+
+def start_eval_source(cfg: Config, out: Path, seed_source: str, siblings: list[Path]) -> Path | None:
+    """The first sibling run whose committed start evaluation this run would repeat: same config but for
+    the schedule and the weight algorithm (so the same base weights, seed harness, tasks and per-call
+    seeds). A comparison evaluates point 0 once per seed instead of once per method."""
+    mine = start_eval_key(cfg)
+    for folder in siblings:
+        run = RunDir(folder)
+        if folder.resolve() == out.resolve() or not run.is_run() or not (folder / "config.yaml").is_file():
+            continue
+        if run.read_state().get("eval_points", 0) < 1:
+            continue
+        harness = folder / "search" / "candidates" / "c0000" / "harness.py"
+        if (
+            start_eval_key(run.load_config()) == mine
+            and harness.is_file()
+            and harness.read_text() == seed_source
+        ):
+            return folder
+    return None
+
+
+def eval_line(record: dict[str, Any], k: int, copied_from: str = "") -> str:
+    """The console line of an evaluation point."""
+    v, t = record["val"], record["test"]
+    where = f"{record['label']}; {record['rollouts']} rollouts" + (
+        f"; the same as {copied_from}" if copied_from else ""
+    )
+    if copied_from:
+        scores = f"val mean@{k} {v['mean']:.3f}  test mean@{k} {t['mean']:.3f}"
+        return f"[bold]eval {record['point']}[/bold] ({where}): {scores}"
+    return (
+        f"[bold]eval {record['point']}[/bold] ({where}): "
+        f"val mean@{k} {v['mean']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]  "
+        f"test mean@{k} {t['mean']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]"
+    )

@@ -1,0 +1,127 @@
+"""Every record of a run's events.jsonl, defined once.
+
+The experiment writes these; `whale compare` and `whale results` keep `summary_fields` of the unit events
+in their summaries; the report and `whale status` read them back as plain JSON. Units (weight steps,
+search iterations, re-evaluations, phase switches) are stamped with the unit index, budget rollouts and
+wall time when written (`stamped`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+
+@dataclass
+class Event:
+    kind: ClassVar[str]
+    summary_fields: ClassVar[tuple[str, ...]] = ()  # what a study summary keeps of it
+    optional: ClassVar[tuple[str, ...]] = ()  # fields left out of the record when None
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"event": self.kind}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.name in self.optional:
+                continue
+            record[f.name.rstrip("_")] = value  # from_ -> "from"
+        return record
+
+    def stamped(self, unit: int, rollouts: int, wall_s: float) -> dict[str, Any]:
+        return {**self.to_json(), "unit": unit, "rollouts": rollouts, "wall_s": round(wall_s, 2)}
+
+
+@dataclass
+class Start(Event):
+    kind: ClassVar[str] = "start"
+    config: dict[str, Any]
+    compute: dict[str, str]  # the engine's and the trainer's dtype, and why
+
+
+@dataclass
+class Resume(Event):
+    kind: ClassVar[str] = "resume"
+    unit: int
+
+
+@dataclass
+class SandboxWarning(Event):
+    kind: ClassVar[str] = "sandbox_warning"
+    problems: list[str]
+
+
+@dataclass
+class WeightStep(Event):
+    kind: ClassVar[str] = "weight_step"
+    summary_fields: ClassVar[tuple[str, ...]] = (
+        "step", "algorithm", "train_reward", "kept", "total", "examples", "dropped_tasks", "loss", "kl",
+        "margin", "mean_abs_advantage", "harnesses",
+    )  # fmt: skip
+    step: int
+    phase: int
+    algorithm: str
+    harnesses: dict[str, int]  # harness id -> tasks it ran
+    train_reward: float
+    kept: int
+    total: int
+    kept_fraction: float
+    examples: int
+    examples_by_harness: dict[str, int]
+    dropped_tasks: int
+    loss: float
+    kl: float | None
+    margin: float | None
+    mean_abs_advantage: float | None
+    optimizer_steps: int
+    weights: str  # the weights version served after the step
+
+
+@dataclass
+class SearchIteration(Event):
+    kind: ClassVar[str] = "search_iteration"
+    summary_fields: ClassVar[tuple[str, ...]] = (
+        "iteration", "incumbent", "incumbent_score", "accepted", "candidates", "spent",
+    )  # fmt: skip
+    optional: ClassVar[tuple[str, ...]] = ("reason", "population")
+    iteration: int
+    incumbent: str
+    incumbent_score: float
+    accepted: bool
+    reason: str | None  # the acceptance test's verdict (one incumbent)
+    population: dict[str, float] | None  # fast-slow: member -> search score
+    candidates: dict[str, float]  # challengers evaluated -> search score
+    failed: dict[str, str]  # challengers that never got a score -> why
+    spent: int
+    proposal: str
+    proposer_cost: dict[str, Any]
+
+
+@dataclass
+class Reeval(Event):
+    kind: ClassVar[str] = "reeval"
+    summary_fields: ClassVar[tuple[str, ...]] = ("harness", "score", "spent")
+    harness: str
+    score: float
+    spent: int
+
+
+@dataclass
+class PhaseSwitch(Event):
+    kind: ClassVar[str] = "phase_switch"
+    summary_fields: ClassVar[tuple[str, ...]] = ("from", "to", "phase", "length", "reason")
+    from_: str
+    to: str
+    phase: int
+    length: int
+    reason: str
+    signals: dict[str, Any]
+
+
+@dataclass
+class End(Event):
+    kind: ClassVar[str] = "end"
+    reason: str
+
+
+UNIT_EVENTS = (WeightStep, SearchIteration, Reeval, PhaseSwitch)
+SUMMARY_FIELDS = {cls.kind: cls.summary_fields for cls in UNIT_EVENTS}

@@ -1,0 +1,84 @@
+"""Checks made before a run touches the disk or loads a model: an engine or proposer that cannot serve
+this config, a seed harness that breaks the contract, and the dtype the engines compute in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from whale.core.config import Config, ConfigError
+from whale.domains.base import Domain
+from whale.harness import validate
+from whale.harness.records import HarnessCandidate
+from whale.run.schedule import method_rules
+from whale.search.proposer import ProposerUsage
+
+
+def seed_candidate(cfg: Config, domain: Domain) -> HarnessCandidate:
+    """c0000: `domain.harness` if set, else the domain's own seed, checked against the contract."""
+    path = cfg.domain.harness
+    if path:
+        if not Path(path).is_file():
+            raise ConfigError(f"domain.harness: file not found: {path}")
+        source = Path(path).read_text()
+    else:
+        source = domain.seed_harness()
+    problems = validate.problems(source)
+    if problems:
+        raise ConfigError(f"seed harness {path or domain.name}: {problems[0]}")
+    return HarnessCandidate("c0000", source, None, "seed harness", "seed")
+
+
+def check_proposer(cfg: Config) -> None:
+    """A misconfigured LLM or agent proposer is a start-up error, not a silently empty search later."""
+    p = cfg.proposer
+    try:
+        if p.kind == "llm":
+            from whale.search.llm_proposer import LLMProposer
+
+            LLMProposer(p, ProposerUsage())
+        elif p.kind == "agent":
+            from whale.search.agent_proposer import AgentProposer
+
+            problem = AgentProposer(p, ProposerUsage()).check()
+            if problem:
+                raise ValueError(problem)
+    except ValueError as exc:
+        raise ConfigError(f"proposer: {exc}") from None
+
+
+def check_engine(cfg: Config) -> None:
+    """An engine that cannot serve this run is a one-line start-up error, before any model is loaded:
+    vLLM not installed; a remote server misconfigured, or asked to feed weight phases without ids."""
+    e = cfg.engine
+    try:
+        if e.kind == "vllm":
+            from whale.model.vllm_engine import import_vllm
+
+            if cfg.model.name == "tiny":
+                raise ValueError("engine.kind=vllm loads the model from a folder; model.name=tiny has none")
+            import_vllm()
+        elif e.kind == "remote":
+            from whale.model.remote_engine import RemoteEngine, weight_phase_problem
+
+            engine = RemoteEngine(e.remote)  # checks the URL and the API key variable
+            trains = method_rules(cfg.schedule.method).trains
+            problem = weight_phase_problem(engine, cfg.weights.lora) if trains else ""
+            engine.close()
+            if problem:
+                raise ValueError(problem)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def resolve_engine_dtype(cfg: Config, model: Any, tokenizer: Any) -> tuple[Config, str]:
+    """The config the engines are built from (a fast engine's "auto" dtype replaced by the probe's
+    choice) and what to log about it. Decided once, in the driver, so every engine of a run agrees."""
+    if cfg.engine.kind != "fast":
+        return cfg, f"the model's ({cfg.engine.kind} engine)"
+    from whale.model.dtype_probe import pick_dtype
+
+    dtype, why = pick_dtype(model, tokenizer, cfg.engine.dtype)
+    name = str(dtype).removeprefix("torch.")
+    engine = cfg.engine.model_copy(update={"dtype": name})
+    return cfg.model_copy(update={"engine": engine}), f"{name} ({why})"

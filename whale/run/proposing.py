@@ -1,0 +1,82 @@
+"""The configured proposer for one search iteration, the brief it reads, and its budget in the run state."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from rich.console import Console
+
+from whale.core.config import Config
+from whale.core.progress import track
+from whale.domains.base import Domain
+from whale.run.rundir import RunState
+from whale.run.schedule import method_rules
+from whale.search.mutation import MutationProposer
+from whale.search.proposer import Proposal, ProposalRequest, Proposer, ProposerUsage, budget_spent, full_brief
+
+
+@dataclass
+class ShownProposer:
+    """A proposer whose sessions show a live bar (elapsed time, candidates returned): LLM calls and agent
+    sessions take minutes, and a silent terminal looks hung."""
+
+    inner: Proposer
+    console: Console
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        label = f"{self.inner.name} proposer: up to {request.n} candidates"
+        with track(self.console, label, request.n) as tick:
+            proposal = self.inner.propose(request)
+            for _ in proposal.candidates:
+                tick()
+        return proposal
+
+
+def build_proposer(
+    cfg: Config, domain: Domain, usage: ProposerUsage, iteration: int, console: Console
+) -> Proposer:
+    """The mutation proposer is re-seeded per iteration, so a resumed run proposes what an uninterrupted
+    one would have; LLM and agent proposers charge `usage`."""
+    p = cfg.proposer
+    if p.kind == "llm":
+        from whale.search.llm_proposer import LLMProposer
+
+        return ShownProposer(LLMProposer(p, usage, seed=cfg.seed), console)
+    if p.kind == "agent":
+        from whale.search.agent_proposer import AgentProposer
+
+        return ShownProposer(AgentProposer(p, usage), console)
+    return MutationProposer(
+        domain.knob_pool(),
+        seed=cfg.seed * 7919 + iteration,
+        text_only=method_rules(cfg.schedule.method).prompts_only,
+    )
+
+
+def search_brief(cfg: Config, domain: Domain) -> str:
+    text = full_brief(domain.brief)
+    if method_rules(cfg.schedule.method).prompts_only:
+        text += "\nThis run evolves prompts only: change the text sent to the model, not the logic.\n"
+    return text
+
+
+def record_proposal(state: RunState, cfg: Config, usage: ProposerUsage, proposal: Proposal) -> None:
+    """Keep the proposer's usage in the run state, and why it may not run again once its budget is spent."""
+    state.proposer_usage = asdict(usage)
+    if proposal.exhausted:
+        p = cfg.proposer
+        state.proposer_spent = (
+            budget_spent(usage, p.max_sessions, p.max_tokens, p.max_usd) or "proposer budget spent"
+        )
+
+
+def proposer_spent(state: RunState, cfg: Config, usage: ProposerUsage) -> str:
+    """Why the proposer may not run again ("" when it may); remembered in the state once true."""
+    p = cfg.proposer
+    if p.kind != "mutation":
+        state.proposer_spent = budget_spent(usage, p.max_sessions, p.max_tokens, p.max_usd)
+    return state.proposer_spent

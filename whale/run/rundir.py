@@ -1,0 +1,185 @@
+"""The run folder, and the only module that knows its file names.
+
+    config.yaml            resolved config
+    events.jsonl           one record per weight step, search iteration and phase switch (whale.run.events)
+    evals.jsonl            one record per evaluation point (validation and test mean@k with CIs)
+    rollouts/train.jsonl   every weight-step rollout
+    evals/<point>/<split>.jsonl   evaluation rollouts
+    search/                the harness archive (whale.search.archive)
+    checkpoints/<unit>/    trainable weights + optimizer
+    state.json             the commit point: written last, atomically, after every unit of work
+    run.pid                held by the process working on the run
+    summary.json           the headline numbers, written when the run ends
+
+Resume reads state.json, cuts every JSONL back to the length it had at that commit, and drops archive
+candidates and checkpoint folders written after it: nothing finished is redone or counted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from whale.core.config import Config, ConfigError, config_from_dict
+from whale.core.files import (
+    append_jsonl,
+    atomic_write_json,
+    atomic_write_text,
+    jsonl_line_count,
+    read_json,
+    read_jsonl,
+    truncate_jsonl,
+)
+
+CONFIG, STATE, PID, SUMMARY = "config.yaml", "state.json", "run.pid", "summary.json"
+EVENTS, EVALS, TRAIN = "events.jsonl", "evals.jsonl", "rollouts/train.jsonl"
+SEARCH, CHECKPOINTS = "search", "checkpoints"
+LOGS = (EVENTS, EVALS, TRAIN, f"{SEARCH}/evolution_summary.jsonl")  # cut back to their length on resume
+
+
+@dataclass
+class RunState:
+    schedule: dict[str, Any]
+    budget: dict[str, Any]
+    unit: int = 0
+    weight_steps: int = 0
+    weights_version: str = "w0"  # the weights served: w<the last step that changed them>
+    search_iters: int = 0
+    eval_points: int = 0
+    incumbent: str = "c0000"
+    incumbent_eval: dict[str, Any] | None = None
+    population: list[dict[str, Any]] | None = None  # fast-slow: CandidateEval of each member
+    proposer_usage: dict[str, Any] | None = None  # LLM/agent sessions, tokens, USD, seconds so far
+    proposer_spent: str = ""  # why the proposer may not run again, once its budget is spent
+    next_eval_at: int = 0  # budget rollouts at which the next evaluation is due
+    checkpoint: str | None = None
+    kept_checkpoints: list[str] | None = None
+    checkpoint_bytes: int = 0  # weights checkpoints written over the run's life (retention deletes some)
+    reference_checkpoint: str | None = None  # the weights at the current weight phase's start (None: initial)
+    engine_calls: int = 0
+    log_lines: dict[str, int] | None = None
+    candidates: list[str] | None = None
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    # ---- what is there ----------------------------------------------------------------------------
+
+    def is_run(self) -> bool:
+        return (self.path / STATE).is_file()
+
+    def read_config(self) -> dict[str, Any]:
+        """config.yaml as saved (plain data; {} when missing)."""
+        file = self.path / CONFIG
+        return (yaml.safe_load(file.read_text()) or {}) if file.is_file() else {}
+
+    def load_config(self) -> Config:
+        """config.yaml validated as a Config (keys added since the run began take their defaults)."""
+        return config_from_dict(self.read_config(), str(self.path / CONFIG))
+
+    def read_state(self) -> dict[str, Any]:
+        return read_json(self.path / STATE)
+
+    def points(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.path / EVALS)
+
+    def events(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.path / EVENTS)
+
+    def eval_file(self, point: int, split: str) -> Path:
+        return self.path / "evals" / f"{point:03d}" / f"{split}.jsonl"
+
+    def eval_rows(self, point: int, split: str) -> list[dict[str, Any]]:
+        return read_jsonl(self.eval_file(point, split))
+
+    def checkpoint(self, name: str) -> Path:
+        return self.path / CHECKPOINTS / name
+
+    # ---- writing ------------------------------------------------------------------------------------
+
+    def create(self, cfg: Config) -> None:
+        """A new run folder holding its config; refused where a run already is."""
+        if self.is_run():
+            raise ConfigError(f"{self.path} already holds a run; use --resume {self.path} or another --out")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.claim()
+        atomic_write_text(self.path / CONFIG, yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+
+    def append(self, name: str, records: list[dict[str, Any]]) -> None:
+        append_jsonl(self.path / name, records)
+
+    def write_eval_rows(self, point: int, split: str, rows: list[dict[str, Any]]) -> None:
+        file = self.eval_file(point, split)
+        file.unlink(missing_ok=True)  # a unit redone after a crash writes its rollouts again
+        append_jsonl(file, rows)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        atomic_write_json(self.path / SUMMARY, summary)
+
+    def commit(self, state: RunState, candidates: list[str]) -> None:
+        """state.json, the single commit point, with the length of every log and the archive's ids."""
+        state.log_lines = {name: jsonl_line_count(self.path / name) for name in LOGS}
+        state.candidates = candidates
+        atomic_write_json(self.path / STATE, asdict(state))
+
+    def load_state(self) -> RunState:
+        """The last committed state, with every log cut back to its length at that commit."""
+        raw = self.read_state()
+        raw.setdefault("weights_version", f"w{raw.get('weight_steps', 0)}")  # a run begun before the field
+        state = RunState(**raw)
+        for name, n in (state.log_lines or {}).items():
+            if (self.path / name).exists():
+                truncate_jsonl(self.path / name, n)
+        return state
+
+    def keep_checkpoints(self, keep: set[str | None], prefix: str = "") -> None:
+        """Delete every checkpoint folder (whose name starts with `prefix`) not in `keep`."""
+        for folder in (self.path / CHECKPOINTS).glob(f"{prefix}*"):
+            if folder.name not in keep:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    # ---- the lock -----------------------------------------------------------------------------------
+
+    def running_pid(self) -> int | None:
+        """The pid of a live whale process working in this folder, if any (a stale pid file is ignored)."""
+        try:
+            pid = int(read_json(self.path / PID)["pid"])
+        except (FileNotFoundError, KeyError, ValueError, json.JSONDecodeError):
+            return None
+        return pid if pid != os.getpid() and _alive(pid) else None
+
+    def claim(self) -> None:
+        """Mark the folder as worked on by this process; refuse if another live process holds it."""
+        other = self.running_pid()
+        if other is not None:
+            raise ConfigError(
+                f"{self.path} is in use by a running whale process (pid {other}); see `whale status`"
+            )
+        atomic_write_json(self.path / PID, {"pid": os.getpid(), "started": time.time()})
+
+    def release(self) -> None:
+        (self.path / PID).unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    return not cmdline.exists() or b"whale" in cmdline.read_bytes()
