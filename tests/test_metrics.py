@@ -12,7 +12,6 @@ from whale.core.stats import (
     paired_difference,
     paired_lcb,
     pass_at_k,
-    pass_hat_k,
     score_split,
 )
 
@@ -32,13 +31,6 @@ def test_pass_at_k_known_values():
     assert big == pytest.approx(1 - math.comb(1993, 100) / math.comb(2000, 100), rel=1e-9)
     with pytest.raises(ValueError):
         pass_at_k(3, 1, 4)
-
-
-def test_pass_hat_k_known_values():
-    assert pass_hat_k(10, 3, 1) == pytest.approx(0.3)
-    assert pass_hat_k(10, 3, 2) == pytest.approx(math.comb(3, 2) / math.comb(10, 2))
-    assert pass_hat_k(10, 1, 2) == 0.0
-    assert pass_hat_k(4, 4, 4) == 1.0
 
 
 def test_maj_at_k():
@@ -117,18 +109,12 @@ def brute_force_pass_at_k(outcomes: list[bool], k: int) -> float:
     return sum(any(outcomes[i] for i in s) for s in subsets) / len(subsets)
 
 
-def brute_force_pass_hat_k(outcomes: list[bool], k: int) -> float:
-    subsets = list(itertools.combinations(range(len(outcomes)), k))
-    return sum(all(outcomes[i] for i in s) for s in subsets) / len(subsets)
-
-
 @pytest.mark.parametrize("n", [1, 2, 5, 8])
-def test_pass_at_k_and_pass_hat_k_match_enumeration_of_k_subsets(n):
+def test_pass_at_k_matches_enumeration_of_k_subsets(n):
     for c in range(n + 1):
         outcomes = [True] * c + [False] * (n - c)
         for k in range(1, n + 1):
             assert pass_at_k(n, c, k) == pytest.approx(brute_force_pass_at_k(outcomes, k))
-            assert pass_hat_k(n, c, k) == pytest.approx(brute_force_pass_hat_k(outcomes, k))
 
 
 def test_paired_difference():

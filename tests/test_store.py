@@ -5,7 +5,6 @@ import pytest
 
 from whale.core.files import (
     append_jsonl,
-    atomic_copy_tree,
     atomic_write_json,
     atomic_write_text,
     jsonl_line_count,
@@ -97,21 +96,3 @@ def test_truncate_jsonl_keeps_exactly_n_lines(tmp_path):
     assert p.read_text() == "" and jsonl_line_count(p) == 0
     with pytest.raises(ValueError):
         truncate_jsonl(p, 1)
-
-
-def test_atomic_copy_tree_replaces_existing(tmp_path):
-    src = tmp_path / "src"
-    (src / "sub").mkdir(parents=True)
-    (src / "a.txt").write_text("new")
-    (src / "sub" / "b.txt").write_text("deep")
-    dst = tmp_path / "out" / "dst"
-    dst.mkdir(parents=True)
-    (dst / "stale.txt").write_text("old")
-    atomic_copy_tree(src, dst)
-    assert sorted(os.listdir(dst)) == ["a.txt", "sub"]
-    assert (dst / "a.txt").read_text() == "new" and (dst / "sub" / "b.txt").read_text() == "deep"
-    assert os.listdir(tmp_path / "out") == ["dst"]
-    atomic_copy_tree(src, tmp_path / "fresh")
-    assert (tmp_path / "fresh" / "sub" / "b.txt").read_text() == "deep"
-    with pytest.raises(NotADirectoryError):
-        atomic_copy_tree(src / "a.txt", tmp_path / "x")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from whale.model.dtype_probe import bf16_numerics, pick_dtype
-from whale.model.engine import GenerationRequest, SamplingParams
+from whale.model.engine import GenerationRequest, SamplingParams, StepEngine
 from whale.model.fast_engine import FastEngine
 from whale.model.hf_engine import HFEngine
 from whale.model.trainer import Trainer, TrainerConfig, TrainExample, target_logprobs
@@ -205,3 +205,13 @@ def test_a_model_outside_the_llama_family_is_a_clear_config_error(tokenizer):
     with pytest.raises(ConfigError, match="use engine.kind=hf"):
         build_engine(EngineConfig(kind="fast", dtype="float32"), gpt2, tokenizer, 4)
     assert build_engine(EngineConfig(kind="hf"), gpt2, tokenizer, 4).generate(seeded()[:1], seed=0)
+
+
+def test_the_step_engine_protocol_tells_continuous_engines_from_batch_ones(sharp_tiny):
+    """The runner steps an engine between worker polls only when it takes requests one by one."""
+    from whale.harness.runner import RolloutRunner
+
+    fast, hf = FastEngine(*sharp_tiny, max_batch=2), HFEngine(*sharp_tiny, max_batch=2)
+    assert isinstance(fast, StepEngine) and not isinstance(hf, StepEngine)
+    assert RolloutRunner(fast, None, SamplingParams()).continuous
+    assert not RolloutRunner(hf, None, SamplingParams()).continuous

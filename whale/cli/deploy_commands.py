@@ -22,9 +22,9 @@ def agents(
 ) -> None:
     """Every agent version of a run (one per evaluation point: weights version + harness id) with its
     scores, rollouts spent and phase, whether its weights are still on disk, and the run's disk use."""
-    from whale.core.files import read_json
     from whale.deploy.versions import agent_versions, best_version
     from whale.run.disk import storage_line
+    from whale.run.rundir import RunDir
 
     versions = agent_versions(run_dir)
     best = best_version(versions).point if versions else None
@@ -41,7 +41,7 @@ def agents(
     for v in versions:
         if v.missing:
             console.print(f"{v.id} (point {v.point}) cannot be exported: {v.missing}", highlight=False)
-    console.print(storage_line(run_dir, read_json(run_dir / "state.json")), highlight=False)
+    console.print(storage_line(run_dir, RunDir(run_dir).read_state()), highlight=False)
 
 
 @app.command("export")

@@ -32,14 +32,11 @@ def run(
     from whale.run.experiment import Experiment
 
     if resume is not None:
-        import yaml
+        from whale.run.rundir import CONFIG, RunDir
 
-        from whale.core.config import config_from_dict
-
-        cfg_path = resume / "config.yaml"
-        if not cfg_path.is_file():
+        if not (resume / CONFIG).is_file():
             raise user_error(f"--resume {resume}: no config.yaml there (not a whale run directory)")
-        cfg = config_from_dict(yaml.safe_load(cfg_path.read_text()), str(cfg_path))
+        cfg = RunDir(resume).load_config()
         out_dir = resume
     else:
         overrides = list(set_ or [])

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -217,40 +216,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink()
-
-
-def atomic_copy_tree(src: PathLike, dst: PathLike) -> None:
-    """Copy folder src to dst so that dst is never half-written: copy to a temp sibling, then rename.
-
-    An existing dst is renamed away first and removed after the new copy is in place; if the final rename
-    fails, the old dst is put back.
-    """
-    src, dst = Path(src), Path(dst)
-    if not src.is_dir():
-        raise NotADirectoryError(f"atomic_copy_tree: {src} is not a directory")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tag = uuid.uuid4().hex[:8]
-    tmp = dst.parent / f".{dst.name}.tmp-{tag}"
-    old = dst.parent / f".{dst.name}.old-{tag}"
-    try:
-        shutil.copytree(src, tmp, symlinks=True)
-        _fsync_tree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    had_old = dst.exists() or dst.is_symlink()
-    if had_old:
-        os.rename(dst, old)
-    try:
-        os.rename(tmp, dst)
-    except BaseException:
-        if had_old:
-            os.rename(old, dst)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _fsync_dir(dst.parent)
-    if had_old:
-        _remove(old)
 
 
 def atomic_build_folder(target: PathLike, build: Callable[[Path], None]) -> Path:

@@ -7,12 +7,26 @@ is a bootstrap over tasks. A sample counts as a success for pass@k / maj@k when 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 SUCCESS = 1.0 - 1e-9  # rewards at or above this count as a solved sample
 _BOOT_CELLS = 4_000_000  # resampled indices held in memory at once
+
+
+def rewards_by_task(pairs: Iterable[tuple[str, float]]) -> dict[str, list[float]]:
+    """(task id, reward) pairs grouped by task, in order of first appearance."""
+    by_task: dict[str, list[float]] = {}
+    for task, reward in pairs:
+        by_task.setdefault(task, []).append(reward)
+    return by_task
+
+
+def task_means(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """Each task's mean reward: the per-task score every paired comparison is built on."""
+    return {t: sum(v) / len(v) for t, v in rewards_by_task(pairs).items()}
 
 
 def mean_at_k(rewards: list[list[float]]) -> float:
@@ -58,15 +72,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def pass_hat_k(n: int, c: int, k: int) -> float:
-    """pass^k, C(c,k)/C(n,k): chance that k draws without replacement all succeed (reliability)."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass_hat_k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
-    if c < k:
-        return 0.0
-    return float(np.prod((c - np.arange(k)) / (n - np.arange(k))))
-
-
 def maj_at_k(answers: list[str | None], correct: list[bool]) -> float:
     """1.0 if the most common non-None answer is correct; ties go to the answer seen first."""
     if len(answers) != len(correct):
@@ -110,7 +115,7 @@ def score_split(
     if answers is not None:
         maj = float(np.mean([maj_at_k(a, s) for a, s in zip(answers, solved, strict=True)]))
     return SplitScore(
-        mean=float(np.mean(per_task)),
+        mean=mean_at_k(rewards),
         ci_low=lo,
         ci_high=hi,
         n_tasks=len(rewards),

@@ -26,11 +26,11 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from whale.core.config import Config, ConfigError, config_from_dict
-from whale.core.files import atomic_build_folder, atomic_write_json, atomic_write_text, read_json, read_jsonl
+from whale.core.files import atomic_build_folder, atomic_write_json, atomic_write_text, read_json
+from whale.core.stats import rewards_by_task
 from whale.deploy.versions import AgentVersion
+from whale.run.rundir import RunDir
 
 FORMAT = "whale-agent-bundle/1"
 MANIFEST = "manifest.json"
@@ -73,7 +73,7 @@ def package_versions() -> dict[str, str]:
 
 
 def run_config(run: Path) -> Config:
-    return config_from_dict(yaml.safe_load((run / "config.yaml").read_text()), str(run / "config.yaml"))
+    return RunDir(run).load_config()
 
 
 def _write_weights(tmp: Path, cfg: Config, checkpoint: Path | None, adapter: bool) -> str:
@@ -105,13 +105,11 @@ def _write_weights(tmp: Path, cfg: Config, checkpoint: Path | None, adapter: boo
 
 
 def _per_task_rewards(run: Path, point: int) -> dict[str, dict[str, list[float]]]:
-    scores: dict[str, dict[str, list[float]]] = {}
-    for split in ("val", "test"):
-        per_task: dict[str, list[float]] = {}
-        for r in read_jsonl(run / "evals" / f"{point:03d}" / f"{split}.jsonl"):
-            per_task.setdefault(r["task_id"], []).append(r["reward"])
-        scores[split] = per_task
-    return scores
+    rows = {split: RunDir(run).eval_rows(point, split) for split in ("val", "test")}
+    return {
+        split: rewards_by_task((r["task_id"], r["reward"]) for r in split_rows)
+        for split, split_rows in rows.items()
+    }
 
 
 def _readme(manifest: dict[str, Any], example: str) -> str:
@@ -176,7 +174,7 @@ def export_bundle(run: Path, version: AgentVersion, out: Path, adapter: bool = F
         raise ConfigError(f"{run}: its domain file {cfg.domain.file} is gone; it belongs in the bundle")
     base = cfg.model.name
     base = str(Path(base).resolve()) if base not in ("tiny", "embedded") else base
-    checkpoint = run / "checkpoints" / version.checkpoint if version.checkpoint else None
+    checkpoint = RunDir(run).checkpoint(version.checkpoint) if version.checkpoint else None
 
     def build(tmp: Path) -> None:
         shutil.copyfile(run / "search" / "candidates" / version.harness / "harness.py", tmp / "harness.py")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.core.config import ConfigError
-from whale.core.files import read_jsonl
+from whale.run.rundir import RunDir
 from whale.run.summary import best_val_point
 
 
@@ -38,7 +38,7 @@ def _version(run: Path, p: dict[str, Any]) -> AgentVersion:
     missing = ""
     if "checkpoint" not in p and p["weights"] != "w0":
         missing = "the run predates agent versions (its evaluation records name no checkpoint)"
-    elif checkpoint and not (run / "checkpoints" / checkpoint / "weights.safetensors").is_file():
+    elif checkpoint and not (RunDir(run).checkpoint(checkpoint) / "weights.safetensors").is_file():
         missing = f"checkpoint {checkpoint} is no longer on disk (checkpoints.keep_every thins them)"
     elif not (run / "search" / "candidates" / p["harness"] / "harness.py").is_file():
         missing = f"harness {p['harness']} is missing from {run / 'search'}"
@@ -50,9 +50,9 @@ def _version(run: Path, p: dict[str, Any]) -> AgentVersion:
 
 def agent_versions(run: Path) -> list[AgentVersion]:
     """One version per evaluation point, in order."""
-    if not (run / "state.json").is_file():
+    if not RunDir(run).is_run():
         raise ConfigError(f"{run}: not a whale run (no state.json)")
-    return [_version(run, p) for p in read_jsonl(run / "evals.jsonl")]
+    return [_version(run, p) for p in RunDir(run).points()]
 
 
 def best_version(versions: list[AgentVersion]) -> AgentVersion:

@@ -331,13 +331,6 @@ class Trainer:
         device = next(self.model.parameters()).device.type
         return torch.autocast(device, dtype=torch.bfloat16, enabled=self.config.dtype == "bfloat16")
 
-    @torch.no_grad()
-    def mean_nll(self, examples: list[TrainExample]) -> float:
-        self.model.eval()
-        with self._autocast():
-            nll, count = token_nll(self.model, examples, self.pad_id)
-        return nll.item() / max(count, 1)
-
     def trainable_state(self) -> dict[str, torch.Tensor]:
         names = {n for n, p in self.model.named_parameters() if p.requires_grad}
         return {n: t.detach().clone() for n, t in self.model.state_dict().items() if n in names}

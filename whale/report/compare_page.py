@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from whale.core.files import atomic_write_text, read_json, read_jsonl
+from whale.core.files import atomic_write_text, read_json
 from whale.report.html import ci_text, duration_text, esc, none_html, page, section_html, table_html
 from whale.report.plots import (
     PNG_MAGIC,
@@ -16,6 +16,7 @@ from whale.report.plots import (
     png_uri,
 )
 from whale.report.run_page import run_report
+from whale.run.rundir import RunDir
 from whale.run.summary import run_summary
 
 
@@ -47,7 +48,7 @@ def plot_compare(path: Path, methods: list[str], seeds: int) -> str:
     fig, ax = new_figure(height=5.0)
     for index, method in enumerate(methods):
         for i in range(seeds):
-            points = read_jsonl(path / method / f"seed{i}" / "evals.jsonl")
+            points = RunDir(path / method / f"seed{i}").points()
             ax.plot(
                 [p["rollouts"] for p in points],
                 [p["test"]["mean"] for p in points],
@@ -67,11 +68,11 @@ def method_runs(path: Path, method: str, seeds: int) -> str:
     rows = []
     for i in range(seeds):
         folder = path / method / f"seed{i}"
-        if not (folder / "state.json").is_file():
+        if not RunDir(folder).is_run():
             rows.append([f"seed{i}", "missing", "", "", "", "", "", ""])
             continue
         atomic_write_text(folder / "report.html", run_report(folder))
-        state = read_json(folder / "state.json")
+        state = RunDir(folder).read_state()
         s = run_summary(folder)
         b = state.get("budget", {})
         rows.append(

@@ -6,9 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from whale.core.files import read_json, read_jsonl
+from whale.run.rundir import RunDir
 from whale.run.summary import run_summary
 
 
@@ -26,16 +24,14 @@ class RunFiles:
 
 
 def load_run(path: Path) -> RunFiles:
-    config_file = path / "config.yaml"
-    config = (yaml.safe_load(config_file.read_text()) or {}) if config_file.is_file() else {}
-    state = read_json(path / "state.json")
-    points = read_jsonl(path / "evals.jsonl")
+    run = RunDir(path)
+    config, state, points = run.read_config(), run.read_state(), run.points()
     candidates = load_candidates(path / "search")
     return RunFiles(
         path,
         config,
         state,
-        read_jsonl(path / "events.jsonl"),
+        run.events(),
         points,
         candidates,
         run_summary(path),

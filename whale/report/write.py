@@ -8,6 +8,7 @@ from whale.core.config import ConfigError
 from whale.core.files import atomic_write_text
 from whale.report.compare_page import compare_report
 from whale.report.run_page import run_report
+from whale.run.rundir import RunDir
 
 
 def write_report(path: Path) -> Path:
@@ -16,7 +17,7 @@ def write_report(path: Path) -> Path:
     path = Path(path)
     if (path / "compare.json").is_file():
         text = compare_report(path)
-    elif (path / "state.json").is_file():
+    elif RunDir(path).is_run():
         text = run_report(path)
     else:
         raise ConfigError(f"{path}: not a whale run (no state.json) or comparison (no compare.json)")

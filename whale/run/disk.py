@@ -10,11 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from whale.run.rundir import CHECKPOINTS, SEARCH
+
 # Where each kind of file lives in a run directory (see whale.run.experiment).
 KINDS = {
-    "checkpoints": ("checkpoints",),
+    "checkpoints": (CHECKPOINTS,),
     "traces": ("rollouts", "evals"),
-    "archive": ("search",),
+    "archive": (SEARCH,),
 }
 
 
@@ -45,7 +47,7 @@ def storage_line(run: Path, state: dict[str, Any]) -> str:
     """One line for `whale status` and `whale agents`: what each kind of file takes, and what retention
     saved (checkpoint bytes written over the run's life vs. kept now)."""
     sizes = run_storage(run)
-    kept = len(list((run / "checkpoints").glob("u*"))) if (run / "checkpoints").is_dir() else 0
+    kept = len(list((run / CHECKPOINTS).glob("u*"))) if (run / CHECKPOINTS).is_dir() else 0
     written = state.get("checkpoint_bytes", 0)
     return (
         f"storage: {human_bytes(sizes['total'])} in all; checkpoints {human_bytes(sizes['checkpoints'])} "

@@ -15,7 +15,7 @@ from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.task import Task
 from whale.rollout.executor import Executor
-from whale.run.rundir import RunDir
+from whale.run.rundir import CONFIG, RunDir
 
 SPLITS = ("val", "test")
 
@@ -67,7 +67,7 @@ def start_eval_source(cfg: Config, out: Path, seed_source: str, siblings: list[P
     mine = start_eval_key(cfg)
     for folder in siblings:
         run = RunDir(folder)
-        if folder.resolve() == out.resolve() or not run.is_run() or not (folder / "config.yaml").is_file():
+        if folder.resolve() == out.resolve() or not run.is_run() or not (folder / CONFIG).is_file():
             continue
         if run.read_state().get("eval_points", 0) < 1:
             continue

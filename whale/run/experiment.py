@@ -94,9 +94,7 @@ class Experiment:
     def run(self) -> dict[str, Any]:
         st, every = self.state, self.cfg.eval.every_rollouts
         if st.eval_points == 0:
-            source = start_eval_source(
-                self.cfg, self.out, self.archive.load("c0000").source, self.start_eval_from
-            )
+            source = self.start_eval_source()
             if source is None:
                 self._evaluate("start")
             else:

@@ -10,10 +10,8 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from whale.core.config import ConfigError
-from whale.core.files import atomic_write_json, read_json, read_jsonl
+from whale.run.rundir import RunDir
 
 
 def harness_diff(search: Path, final: str) -> str:
@@ -38,16 +36,16 @@ def best_val_point(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_summary(out: Path) -> dict[str, Any] | None:
     """The summary of the run in `out` as it stands; None before its first evaluation."""
-    points = read_jsonl(out / "evals.jsonl")
+    run = RunDir(out)
+    points = run.points()
     if not points:
         return None
-    state = read_json(out / "state.json")
-    config_file = out / "config.yaml"
-    config = (yaml.safe_load(config_file.read_text()) or {}) if config_file.is_file() else {}
+    state = run.read_state()
+    config = run.read_config()
     best_test = max(points, key=lambda p: p["test"]["mean"])
     best_val = best_val_point(points)
     final = state.get("incumbent", "c0000")
-    switches = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "phase_switch"]
+    switches = [e for e in run.events() if e["event"] == "phase_switch"]
     return {
         "method": config.get("schedule", {}).get("method"),
         "points": points,
@@ -69,5 +67,5 @@ def summarize_run(out: Path) -> dict[str, Any]:
     summary = run_summary(out)
     if summary is None:
         raise ConfigError(f"{out}: no evaluation points yet")
-    atomic_write_json(out / "summary.json", {k: v for k, v in summary.items() if k != "points"})
+    RunDir(out).write_summary({k: v for k, v in summary.items() if k != "points"})
     return summary

@@ -60,9 +60,6 @@ class Archive:
     def ids(self) -> list[str]:
         return sorted(p.name for p in self.candidates_dir.iterdir() if (p / "meta.json").exists())
 
-    def next_id(self) -> str:
-        return f"c{len(self.ids()):04d}"
-
     def add(self, candidate: HarnessCandidate, status: str = "proposed", reason: str = "") -> None:
         folder = self.candidates_dir / candidate.id
         atomic_write_text(folder / "harness.py", candidate.source)

@@ -8,12 +8,11 @@ population iteration uses the same candidate pipeline but keeps the top-P instea
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from whale.core.config import Config
-from whale.core.stats import decide_acceptance
+from whale.core.stats import decide_acceptance, task_means
 from whale.harness import validate
 from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate, Rollout
@@ -60,10 +59,7 @@ class IterationResult:
 
 
 def summarize(candidate_id: str, weights_version: str, rollouts: list[Rollout]) -> CandidateEval:
-    by_task: dict[str, list[float]] = defaultdict(list)
-    for r in rollouts:
-        by_task[r.task_id].append(r.reward)
-    per_task = {t: sum(v) / len(v) for t, v in by_task.items()}
+    per_task = task_means((r.task_id, r.reward) for r in rollouts)
     n = max(len(rollouts), 1)
     return CandidateEval(
         candidate_id=candidate_id,

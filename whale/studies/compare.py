@@ -18,19 +18,18 @@ row and its paired difference against the reference method (the first one listed
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
 from whale.core.config import ALGORITHMS, METHODS, Config, ConfigError, config_from_dict
-from whale.core.files import atomic_write_json, atomic_write_text, read_json, read_jsonl
-from whale.core.stats import PairedDifference, bootstrap_ci, paired_difference
+from whale.core.files import atomic_write_json, atomic_write_text
+from whale.core.stats import PairedDifference, bootstrap_ci, paired_difference, task_means
 from whale.run.events import SUMMARY_FIELDS
+from whale.run.rundir import RunDir
 from whale.run.summary import best_val_point
 
 
@@ -110,14 +109,14 @@ def ensure_run(cfg: Config, folder: Path, console: Console, siblings: list[Path]
     """Run, resume or reuse the method's run in `folder`; `siblings` may lend their start evaluation."""
     from whale.run.experiment import Experiment
 
-    if (folder / "state.json").exists():
-        saved = config_from_dict(yaml.safe_load((folder / "config.yaml").read_text()), str(folder))
+    if RunDir(folder).is_run():
+        saved = RunDir(folder).load_config()
         changed = differing_keys(saved.model_dump(), cfg.model_dump())
         if changed:
             raise ConfigError(
                 f"{folder} holds a run with a different config ({', '.join(changed[:3])}); use another --out"
             )
-        if read_json(folder / "state.json")["finished"]:
+        if RunDir(folder).read_state()["finished"]:
             console.print(
                 f"[bold]{folder.parent.name}[/bold] seed {cfg.seed}: finished run reused ({folder})"
             )
@@ -144,15 +143,14 @@ class RunData:
 
 
 def per_task_rewards(folder: Path, point: int, split: str) -> dict[str, float]:
-    by_task: dict[str, list[float]] = defaultdict(list)
-    for r in read_jsonl(folder / "evals" / f"{point:03d}" / f"{split}.jsonl"):
-        by_task[r["task_id"]].append(float(r["reward"]))
-    return {t: sum(v) / len(v) for t, v in sorted(by_task.items())}
+    means = task_means((r["task_id"], float(r["reward"])) for r in RunDir(folder).eval_rows(point, split))
+    return dict(sorted(means.items()))
 
 
 def load_run_data(folder: Path, method: str) -> RunData:
     """Read one finished run folder into a RunData; a run without evaluation points is a ConfigError."""
-    points = read_jsonl(folder / "evals.jsonl")
+    run = RunDir(folder)
+    points = run.points()
     if not points:
         raise ConfigError(f"{folder}: no evaluation points")
     for p in points:
@@ -162,11 +160,11 @@ def load_run_data(folder: Path, method: str) -> RunData:
             "event": e["event"],
             **{k: e[k] for k in (*SUMMARY_FIELDS[e["event"]], "unit", "rollouts", "wall_s") if k in e},
         }
-        for e in read_jsonl(folder / "events.jsonl")
+        for e in run.events()
         if e["event"] in SUMMARY_FIELDS
     ]
-    seed = int(yaml.safe_load((folder / "config.yaml").read_text())["seed"])
-    return RunData(method, seed, points, read_json(folder / "state.json")["budget"], events)
+    seed = int(run.read_config()["seed"])
+    return RunData(method, seed, points, run.read_state()["budget"], events)
 
 
 def pooled(per_seed: list[dict[str, float]]) -> dict[str, float]:
