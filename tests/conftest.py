@@ -188,7 +188,7 @@ def agent_bundle(agent_run: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 @pytest.fixture(scope="session")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """`whale compare` of the six methods on the tiny preset, one seed: (its folder, its stdout)."""
-    from tests.test_cli import whale
+    from tests.cli.test_cli import whale
 
     out = tmp_path_factory.mktemp("compare") / "cmp"
     methods = "whale,whale-adaptive,weight-only,harness-only,stagewise,fast-slow"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import assert_user_error, whale
+from tests.cli.test_cli import assert_user_error, whale
 
 pytestmark = pytest.mark.slow
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.cli.test_cli import ENV, check_complete_run
 from tests.processes import alive
-from tests.test_cli import ENV, check_complete_run
 from whale.core.config import ProposerConfig
 from whale.core.files import (
     append_jsonl,

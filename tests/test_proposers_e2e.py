@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.cli.test_cli import check_complete_run, whale
 from tests.search.openai_server import ScriptedOpenAI, chat_reply
-from tests.test_cli import check_complete_run, whale
 from whale.core.files import read_json, read_jsonl
 from whale.domains.math import MathDomain
 

@@ -226,7 +226,7 @@ def sequence_logprob(model, examples, pad) -> list[float]:
 
 
 def test_dpo_steps_raise_the_chosen_over_rejected_margin(make_tiny, tokenizer):
-    """Full fine-tuning here; LoRA runs DPO in the tiny whale runs (tests/test_weight_algorithms.py)."""
+    """Full fine-tuning here; LoRA runs DPO in the tiny whale runs (tests/weights/test_algorithms.py)."""
     model = make_tiny()
     gens = generations(sharpened(make_tiny()), tokenizer, n=2)
     pad = pad_id(tokenizer)

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import whale
-from tests.test_cli import assert_user_error
-from tests.test_cli import whale as whale_cli
+from tests.cli.test_cli import assert_user_error
+from tests.cli.test_cli import whale as whale_cli
 from whale.cli.main import main
 from whale.core.config import ConfigError
 from whale.core.files import read_json, read_jsonl

@@ -16,8 +16,8 @@ import pytest
 import ray
 from rich.console import Console
 
+from tests.cli.test_cli import assert_user_error, whale
 from tests.processes import alive
-from tests.test_cli import assert_user_error, whale
 from whale.core.config import ConfigError, ExecutorConfig, load_config
 from whale.core.files import read_json, read_jsonl
 from whale.domains.registry import build_domain
@@ -32,7 +32,7 @@ from whale.run.experiment import Experiment
 
 pytestmark = pytest.mark.slow
 
-STALL_DOMAIN = Path(__file__).parent / "fixtures" / "stall_domain.py"
+STALL_DOMAIN = Path(__file__).resolve().parents[1] / "fixtures" / "stall_domain.py"
 # The tiny preset, cut down: two weight steps of 8 rollouts (so weights are pushed to the actors twice),
 # one search iteration, and evaluations at the start, after the weight steps and at the end.
 TINY_RUN = [

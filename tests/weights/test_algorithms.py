@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import check_complete_run, run_in_background, whale
-from tests.test_compare import COUNTS, sampled
+from tests.cli.test_cli import check_complete_run, run_in_background, whale
+from tests.studies.test_compare import COUNTS, sampled
 from whale.core.config import ConfigError
 from whale.core.files import read_json, read_jsonl
 from whale.studies.compare import parse_methods
 
-PARITY = Path(__file__).parent / "fixtures" / "parity_domain.py"
+PARITY = Path(__file__).resolve().parents[1] / "fixtures" / "parity_domain.py"
 METHODS = "whale,whale+dpo,whale+grpo"
 # Pairs need failures (threshold 1), the KL penalty is on, and evaluation is cut to its start and end points.
 SETTINGS = ("rft.reward_threshold=1.0", "weights.kl_coef=0.05", "eval.every_rollouts=60",

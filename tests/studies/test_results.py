@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tests.test_cli import assert_user_error, whale
+from tests.cli.test_cli import assert_user_error, whale
 from whale.core.files import read_json
 from whale.core.stats import PairedDifference
 from whale.studies.claims import (
@@ -29,7 +29,7 @@ from whale.studies.compare import RunData, build_rows, mean_curve
 from whale.studies.plan import SIX, STUDIES, Study, StudySummary, load_summary
 from whale.studies.results import render, run_study, section_run_time, section_weight_steps
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 TASKS = ("t0", "t1", "t2", "t3", "t4")
 
 

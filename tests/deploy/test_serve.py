@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_cli import ENV, assert_user_error, whale
 from tests.processes import alive
-from tests.test_cli import ENV, assert_user_error, whale
 from whale.core.files import read_jsonl
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_cli import assert_user_error, whale
+from tests.cli.test_cli import assert_user_error, whale
 from whale.core.config import ConfigError, TrackingConfig
 from whale.core.files import read_jsonl
 from whale.run import tracking

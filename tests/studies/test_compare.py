@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_cli import assert_user_error, check_complete_run, run_in_background, whale
+from tests.cli.test_cli import assert_user_error, check_complete_run, run_in_background, whale
 from whale.core.config import ConfigError, load_config
 from whale.core.files import read_json, read_jsonl
 from whale.run.experiment import Experiment

@@ -10,7 +10,7 @@ from test_cli import assert_user_error, check_complete_run, whale
 from whale.core.files import read_jsonl
 
 pytestmark = pytest.mark.slow
-REVERSE = Path(__file__).parent / "fixtures" / "reverse_domain.py"
+REVERSE = Path(__file__).resolve().parents[1] / "fixtures" / "reverse_domain.py"
 
 
 @pytest.mark.parametrize("domain", ["chess", "searchqa"])
