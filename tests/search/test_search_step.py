@@ -199,3 +199,40 @@ def test_duplicate_code_is_recorded_and_not_run_again(tmp_path, runner, add_doma
     assert archive.meta("c0003")["reason"] == "same code as c0002"
     assert [e.candidate_id for e in result.evaluated] == ["c0002"]
     assert len(result.rollouts) == 1 + len(add_domain.tasks)  # one smoke test, one evaluation
+
+
+def test_a_race_accepts_a_clearly_better_challenger_and_drops_one_that_cannot_pass(
+    tmp_path, runner, add_domain
+):
+    archive = Archive(tmp_path / "search")
+    seed = HarnessCandidate("c0000", WRONG, None, "seed", "seed")
+    archive.add(seed, status="seed")
+    tasks = add_domain.tasks
+    seed_eval, _ = evaluate_candidate(runner, archive, seed, tasks, 1)
+    settings = SearchSettings(2, 1, 1, 0.05, "", acceptance="race")
+    proposer = ListProposer([WRONG + "\nX = 1\n", add_domain.seed_harness()])
+    result = harness_step(runner, archive, proposer, seed, seed_eval, tasks, settings, 0)
+    assert result.accepted and result.incumbent.id == "c0002" and result.incumbent_eval.mean == 1.0
+    assert archive.meta("c0002")["status"] == "accepted" and "accepted" in result.reason
+    dropped = archive.meta("c0001")
+    assert dropped["status"] == "rejected" and "cannot pass" in dropped["reason"]
+    # c0001 ran on the first look's 4 tasks only; c0002 on all 6; one smoke rollout each before that
+    assert result.race_rollouts == 4 + len(tasks)
+    assert len(result.rollouts) == 2 + result.race_rollouts
+    assert sorted(e.candidate_id for e in result.evaluated) == ["c0001", "c0002"]
+    assert len(read_jsonl(tmp_path / "search" / "candidates" / "c0001" / "traces" / "w-fake.jsonl")) == 4
+
+
+def test_a_race_rejects_a_challenger_that_only_ties_the_incumbent(tmp_path, runner, add_domain):
+    archive = Archive(tmp_path / "search")
+    good = HarnessCandidate("c0000", add_domain.seed_harness(), None, "seed", "seed")
+    archive.add(good, status="seed")
+    inc_eval, _ = evaluate_candidate(runner, archive, good, add_domain.tasks, 1)
+    settings = SearchSettings(1, 1, 1, 0.05, "", acceptance="race")
+    result = harness_step(
+        runner, archive, ListProposer([add_domain.seed_harness() + "\n\nUNUSED = 1\n"]), good, inc_eval,
+        add_domain.tasks, settings, 0,
+    )  # fmt: skip
+    assert not result.accepted and result.incumbent.id == "c0000"
+    assert archive.meta("c0001")["status"] == "rejected" and result.reason.startswith("no challenger passed")
+    assert result.race_rollouts < len(add_domain.tasks)  # tied on the first look: it could no longer pass

@@ -129,6 +129,10 @@ class SearchConfig(Section):
     rollouts_per_task: int = Field(1, ge=1)
     smoke_tasks: int = Field(2, ge=1)
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    # paired: every challenger on every search task, the best by mean accepted when its paired bootstrap
+    # LCB is above zero; race: challengers raced on growing batches of tasks, losers dropped early, a
+    # winner accepted by a sign-flip test whose false-acceptance rate is at most alpha (whale/search/race.py)
+    acceptance: Literal["paired", "race"] = "paired"
 
 
 class AdaptiveConfig(Section):

@@ -82,7 +82,7 @@ class SearchIteration(Event):
     summary_fields: ClassVar[tuple[str, ...]] = (
         "iteration", "incumbent", "incumbent_score", "accepted", "candidates", "spent",
     )  # fmt: skip
-    optional: ClassVar[tuple[str, ...]] = ("reason", "population")
+    optional: ClassVar[tuple[str, ...]] = ("reason", "population", "decision_rollouts")
     iteration: int
     incumbent: str
     incumbent_score: float
@@ -94,6 +94,7 @@ class SearchIteration(Event):
     spent: int
     proposal: str
     proposer_cost: dict[str, Any]
+    decision_rollouts: int | None = None  # acceptance=race: the challenger rollouts the race cost
 
 
 @dataclass

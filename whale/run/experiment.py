@@ -225,7 +225,8 @@ class Experiment:
         self._charge(result.rollouts, "search")
         record_proposal(self.state, self.cfg, self.usage, result.proposal)
         st.incumbent, st.incumbent_eval = result.incumbent.id, asdict(result.incumbent_eval)
-        self._search_event(result, result.incumbent_eval.mean, result.accepted, reason=result.reason)
+        race = {"decision_rollouts": result.race_rollouts}
+        self._search_event(result, result.incumbent_eval.mean, result.accepted, reason=result.reason, **race)
         verdict = "accepted" if result.accepted else "kept incumbent"
         self.console.print(f"  search iteration {st.search_iters}: {verdict} — {result.reason}")
         return result.incumbent_eval.mean, result.accepted
@@ -292,6 +293,7 @@ class Experiment:
                 len(result.rollouts),
                 result.proposal.note,
                 result.proposal.cost,
+                extra.get("decision_rollouts"),
             )  # fmt: skip
         )
 

@@ -1,13 +1,19 @@
 """One harness-search iteration under frozen weights, and the incumbent re-evaluation at phase start.
 
-Each proposed candidate is validated statically, smoke-tested on a couple of tasks, then evaluated on the
-whole harness-search split. The best challenger replaces the incumbent only when its paired per-task
-improvement has a lower confidence bound above zero (no winner's curse from a bare argmax). Fast-Slow's
-population iteration uses the same candidate pipeline but keeps the top-P instead of one incumbent.
+Each proposed candidate is validated statically and smoke-tested on a couple of tasks (`screen`). Then,
+by `search.acceptance`:
+    paired  every challenger is evaluated on the whole harness-search split; the best replaces the
+            incumbent only when its paired per-task improvement has a lower confidence bound above zero;
+    race    the challengers are raced against the incumbent on growing batches of search tasks (race.py):
+            losers are dropped early, and a winner needs a sign-flip test whose false-acceptance rate
+            over the whole race is at most alpha.
+Fast-Slow's population iteration uses the same screening and full evaluation, but keeps the top-P
+instead of one incumbent.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +27,7 @@ from whale.rollout.executor import Executor
 from whale.search.archive import Archive, CandidateEval, code_fingerprint
 from whale.search.mutation import signature
 from whale.search.proposer import Proposal, ProposalRequest, Proposer
+from whale.search.race import RaceResult, RaceSettings, race
 
 
 @dataclass(frozen=True)
@@ -33,12 +40,20 @@ class SearchSettings:
     alpha: float  # the paired acceptance test's level
     brief: str  # what the proposer reads about the domain
     population: int = 1  # fast-slow: members kept
+    acceptance: str = "paired"  # paired: every challenger on every task, then a paired LCB; race: race.py
 
     @classmethod
     def from_config(cls, cfg: Config, brief: str) -> SearchSettings:
         s = cfg.search
+        population = cfg.schedule.population
         return cls(
-            s.candidates_per_iter, s.rollouts_per_task, s.smoke_tasks, s.alpha, brief, cfg.schedule.population
+            s.candidates_per_iter,
+            s.rollouts_per_task,
+            s.smoke_tasks,
+            s.alpha,
+            brief,
+            population,
+            s.acceptance,
         )
 
     def rollouts(self, tasks: int) -> int:
@@ -56,6 +71,7 @@ class IterationResult:
     evaluated: list[CandidateEval] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     proposal: Proposal = field(default_factory=lambda: Proposal([]))
+    race_rollouts: int | None = None  # acceptance=race: the challenger rollouts the decision cost
 
 
 def summarize(candidate_id: str, weights_version: str, rollouts: list[Rollout]) -> CandidateEval:
@@ -116,11 +132,29 @@ def try_candidates(
     result: IterationResult,
     on_done: Callable[[Rollout], None] | None = None,
 ) -> None:
-    """Validate, smoke-test, then score each candidate on the search split; failures get a reason.
+    """Screen the candidates, then score each one that runs on the whole search split."""
+    for cand in screen(runner, archive, candidates, tasks, settings, result, on_done):
+        archive.set_status(cand, "evaluated")
+        ev, spent = evaluate_candidate(runner, archive, cand, tasks, settings.rollouts_per_task, on_done)
+        result.rollouts += spent
+        result.evaluated.append(ev)
+
+
+def screen(
+    runner: Executor,
+    archive: Archive,
+    candidates: list[HarnessCandidate],
+    tasks: list[Task],
+    settings: SearchSettings,
+    result: IterationResult,
+    on_done: Callable[[Rollout], None] | None = None,
+) -> list[HarnessCandidate]:
+    """Validate and smoke-test each candidate; those that fail get a reason, the rest are returned.
 
     A candidate whose code is already in the archive (same AST, comments and docstrings ignored) is
     recorded as a duplicate and not run again.
     """
+    runnable = []
     known = archive.fingerprints()
     for cand in candidates:
         archive.add(cand)
@@ -141,10 +175,49 @@ def try_candidates(
             archive.set_status(cand, "failed", f"smoke test: {smoke[0].error}")
             result.failed[cand.id] = smoke[0].error or ""
             continue
-        archive.set_status(cand, "evaluated")
-        ev, spent = evaluate_candidate(runner, archive, cand, tasks, settings.rollouts_per_task, on_done)
-        result.rollouts += spent
+        runnable.append(cand)
+    return runnable
+
+
+def race_candidates(
+    runner: Executor,
+    archive: Archive,
+    candidates: list[HarnessCandidate],
+    incumbent_eval: CandidateEval,
+    tasks: list[Task],
+    settings: SearchSettings,
+    seed: int,
+    result: IterationResult,
+    on_done: Callable[[Rollout], None] | None = None,
+) -> RaceResult:
+    """Race the screened candidates against the incumbent on the search tasks in a seeded order; every
+    rollout is charged and each candidate's archive score covers the tasks it reached."""
+    by_id = {c.id: c for c in candidates}
+    spent: dict[str, list[Rollout]] = {c.id: [] for c in candidates}
+    order = [t.id for t in tasks]
+    random.Random(seed).shuffle(order)
+    task_of = {t.id: t for t in tasks}
+    n = settings.rollouts_per_task
+
+    def score(ids: list[str], batch: list[str]) -> dict[str, dict[str, float]]:
+        jobs = [RolloutJob(task_of[t], by_id[cid], s) for cid in ids for t in batch for s in range(n)]
+        rollouts = runner.run(jobs, on_done)
+        result.rollouts += rollouts
+        for r in rollouts:
+            spent[r.harness_id].append(r)
+        return {
+            cid: task_means((r.task_id, r.reward) for r in rollouts if r.harness_id == cid) for cid in ids
+        }
+
+    race_settings = RaceSettings(alpha=settings.alpha)
+    outcome = race([c.id for c in candidates], incumbent_eval.per_task, order, score, n, race_settings, seed)
+    for entry in outcome.entries:
+        ev = summarize(entry.candidate_id, runner.weights_version, spent[entry.candidate_id])
+        archive.record_eval(ev, spent[entry.candidate_id])
         result.evaluated.append(ev)
+        if entry.status != "accepted":
+            archive.set_status(by_id[entry.candidate_id], "rejected", f"race: {entry.status}, {entry.reason}")
+    return outcome
 
 
 def harness_step(
@@ -167,6 +240,22 @@ def harness_step(
     result = IterationResult(incumbent, incumbent_eval, False, "no valid challenger", proposal=proposal)
     if not proposal.candidates:
         result.reason = f"no candidates: {proposal.note or 'the proposer returned none'}"
+    if settings.acceptance == "race":
+        runnable = screen(runner, archive, proposal.candidates, tasks, settings, result, on_done)
+        if runnable:
+            outcome = race_candidates(
+                runner, archive, runnable, incumbent_eval, tasks, settings, seed, result, on_done
+            )
+            result.reason, result.race_rollouts = outcome.reason, outcome.rollouts
+            if outcome.accepted:
+                result.accepted = True
+                result.incumbent = archive.load(outcome.accepted)
+                result.incumbent_eval = next(
+                    e for e in result.evaluated if e.candidate_id == outcome.accepted
+                )
+                archive.set_status(result.incumbent, "accepted", outcome.reason)
+        archive.update_frontier(weights)
+        return result
     try_candidates(runner, archive, proposal.candidates, tasks, settings, result, on_done)
     if result.evaluated:
         best = max(result.evaluated, key=lambda e: (e.mean, -e.tokens_per_rollout))

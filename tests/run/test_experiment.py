@@ -1,0 +1,30 @@
+"""A whole run through the experiment loop, in process, on the tiny model."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from whale.core.config import load_config
+from whale.core.files import read_jsonl
+from whale.run.experiment import Experiment
+
+
+def test_a_harness_only_run_that_races_its_challengers_records_what_each_decision_cost(tmp_path):
+    cfg = load_config("tiny", None, [
+        "schedule.method=harness-only", "search.acceptance=race", "schedule.budget_rollouts=40",
+        "eval.k=1", "runner.workers=4",
+    ])  # fmt: skip
+    Experiment(cfg, tmp_path / "run", Console(file=io.StringIO())).run()
+    iterations = [
+        e for e in read_jsonl(tmp_path / "run" / "events.jsonl") if e["event"] == "search_iteration"
+    ]
+    assert iterations, "the run made no search iteration"
+    for e in iterations:
+        screened = [c for c in e["candidates"]]
+        if screened:  # raced: the decision's cost is recorded, and it is part of what the iteration spent
+            assert 0 < e["decision_rollouts"] <= e["spent"]
+            assert e["reason"].startswith(("no challenger passed", "c0"))
+        else:
+            assert "decision_rollouts" not in e or e["decision_rollouts"] is None
