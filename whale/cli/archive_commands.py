@@ -29,7 +29,10 @@ def archive_show(
     failing: Annotated[int, typer.Option(help="Failing tasks to show with trace excerpts.")] = 5,
 ) -> None:
     """Without CANDIDATE: every candidate with status, score and hypothesis. With it: its record, its
-    scores under each weights version, its failing tasks with what the model said, and its code."""
+    scores and failures by kind under each weights version, its failing tasks with what the model said,
+    and its code."""
+    from whale.search.diagnosis import describe
+
     archive = _open_archive(run_dir)
     if candidate is None:
         table = Table(title=f"{run_dir}/search: {len(archive.ids())} candidates")
@@ -70,6 +73,8 @@ def archive_show(
         console.print(f"under {ev.weights_version}: mean {ev.mean:.3f} ({solved}/{len(ev.per_task)} solved), "
                       f"{ev.tokens_per_rollout:.0f} tokens and {ev.calls_per_rollout:.1f} calls per rollout, "
                       f"{ev.errors} errors")  # fmt: skip
+        if ev.rollouts:
+            console.print(f"  {describe(ev.failures, ev.rollouts)}", highlight=False)
     if history:
         traces = [t for t in archive.traces(candidate, history[-1].weights_version) if t["reward"] < 1.0]
         console.print(f"[bold]failing rollouts under {history[-1].weights_version}[/bold]: {len(traces)}")

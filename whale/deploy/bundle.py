@@ -177,7 +177,7 @@ def export_bundle(run: Path, version: AgentVersion, out: Path, adapter: bool = F
     checkpoint = RunDir(run).checkpoint(version.checkpoint) if version.checkpoint else None
 
     def build(tmp: Path) -> None:
-        shutil.copyfile(run / "search" / "candidates" / version.harness / "harness.py", tmp / "harness.py")
+        shutil.copyfile(RunDir(run).harness_file(version.harness), tmp / "harness.py")
         if cfg.domain.file:
             shutil.copyfile(cfg.domain.file, tmp / "domain.py")
         atomic_write_json(tmp / "domain.json", domain)

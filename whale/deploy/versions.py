@@ -40,7 +40,7 @@ def _version(run: Path, p: dict[str, Any]) -> AgentVersion:
         missing = "the run predates agent versions (its evaluation records name no checkpoint)"
     elif checkpoint and not (RunDir(run).checkpoint(checkpoint) / "weights.safetensors").is_file():
         missing = f"checkpoint {checkpoint} is no longer on disk (checkpoints.keep_every thins them)"
-    elif not (run / "search" / "candidates" / p["harness"] / "harness.py").is_file():
+    elif not RunDir(run).harness_file(p["harness"]).is_file():
         missing = f"harness {p['harness']} is missing from {run / 'search'}"
     return AgentVersion(
         f"{p['weights']}-{p['harness']}", p["point"], p["label"], p["phase"], p["weights"], p["harness"],

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale.run.rundir import RunDir
+from whale.run.rundir import SEARCH, RunDir
 from whale.run.summary import run_summary
 
 
@@ -26,7 +26,7 @@ class RunFiles:
 def load_run(path: Path) -> RunFiles:
     run = RunDir(path)
     config, state, points = run.read_config(), run.read_state(), run.points()
-    candidates = load_candidates(path / "search")
+    candidates = load_candidates(run / SEARCH)
     return RunFiles(
         path,
         config,

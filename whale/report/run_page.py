@@ -37,6 +37,7 @@ from whale.report.plots import (
     plot_search,
 )
 from whale.report.run_files import RunFiles, load_run
+from whale.run.rundir import SEARCH
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import harness_diff
 from whale.studies.bottleneck import (
@@ -252,7 +253,7 @@ def section_lineage(run: RunFiles) -> str:
 
 def section_diff(run: RunFiles) -> str:
     s = run.summary
-    diff = s["harness_diff"] if s else harness_diff(run.path / "search", run.state.get("incumbent", "c0000"))
+    diff = s["harness_diff"] if s else harness_diff(run.path / SEARCH, run.state.get("incumbent", "c0000"))
     final = s["final_harness"] if s else run.state.get("incumbent", "c0000")
     if not diff:
         return section_html(

@@ -71,7 +71,7 @@ def start_eval_source(cfg: Config, out: Path, seed_source: str, siblings: list[P
             continue
         if run.read_state().get("eval_points", 0) < 1:
             continue
-        harness = folder / "search" / "candidates" / "c0000" / "harness.py"
+        harness = run.harness_file("c0000")
         if (
             start_eval_key(run.load_config()) == mine
             and harness.is_file()

@@ -31,7 +31,7 @@ from whale.run.disk import folder_bytes, retained_checkpoints
 from whale.run.evaluation import copied_point, eval_line, evaluate, start_eval_source
 from whale.run.preflight import check_engine, check_proposer, resolve_engine_dtype, seed_candidate
 from whale.run.proposing import build_proposer, proposer_spent, record_proposal, search_brief
-from whale.run.rundir import EVALS, EVENTS, TRAIN, RunDir, RunState
+from whale.run.rundir import EVALS, EVENTS, SEARCH, TRAIN, RunDir, RunState
 from whale.run.schedule import (
     HARNESS,
     WEIGHTS,
@@ -80,7 +80,7 @@ class Experiment:
             raise ConfigError(f"--resume {out}: no state.json there (not a whale run, or it never started)")
         if not resume:
             self.dir.create(cfg)  # only now: a config, domain or model error leaves nothing on disk
-        self.archive = Archive(out / "search")
+        self.archive = Archive(self.dir / SEARCH)
         self.weight_settings = WeightSettings.from_config(cfg)
         self.search_settings = SearchSettings.from_config(cfg, search_brief(cfg, self.domain))
         self.state = self._load_state() if resume else self._fresh_state(seed)

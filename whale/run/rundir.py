@@ -108,6 +108,10 @@ class RunDir:
     def checkpoint(self, name: str) -> Path:
         return self.path / CHECKPOINTS / name
 
+    def harness_file(self, candidate_id: str) -> Path:
+        """A candidate's code in the archive (whale.search.archive lays the archive out)."""
+        return self.path / SEARCH / "candidates" / candidate_id / "harness.py"
+
     # ---- writing ------------------------------------------------------------------------------------
 
     def create(self, cfg: Config) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.core.config import ConfigError
-from whale.run.rundir import RunDir
+from whale.run.rundir import SEARCH, RunDir
 
 
 def harness_diff(search: Path, final: str) -> str:
@@ -55,7 +55,7 @@ def run_summary(out: Path) -> dict[str, Any] | None:
         "test_at_best_val": {"point": best_val["point"], **best_val["test"]},
         "budget": state["budget"],
         "final_harness": final,
-        "harness_diff": harness_diff(out / "search", final),
+        "harness_diff": harness_diff(out / SEARCH, final),
         "phase_switches": [
             {k: e[k] for k in ("from", "to", "rollouts", "reason", "signals") if k in e} for e in switches
         ],

@@ -13,6 +13,7 @@ from typing import Any
 
 from whale.core.files import read_json
 from whale.harness.records import HarnessCandidate
+from whale.search.diagnosis import describe
 from whale.search.proposer import ProposalRequest
 
 MAX_FILE_BYTES = 200_000  # one proposed harness file
@@ -57,6 +58,8 @@ def task_text(request: ProposalRequest) -> str:
         if path.exists():
             ev = read_json(path)
             score = f": mean {ev['mean']:.3f}, {ev['tokens_per_rollout']:.0f} tokens per rollout"
+            if ev.get("rollouts"):
+                score += f"; {describe(ev.get('failures', {}), ev['rollouts'])}"
         role = " (incumbent, the harness to beat)" if i == 0 else " (frontier member)"
         parents.append(f"- `{p.id}`{role}{score}; its hypothesis: {p.hypothesis or '-'}")
     request_json = json.dumps(
@@ -82,7 +85,7 @@ contract; follow it exactly.
 - `archive/candidates/<id>/meta.json`: parent, hypothesis, proposer, status (seed, evaluated, invalid,
   failed, duplicate, ...) and the reason for that status
 - `archive/candidates/<id>/evals/<weights>.json`: per-task scores (`per_task`), `mean`,
-  `tokens_per_rollout`, `calls_per_rollout`, `errors`
+  `tokens_per_rollout`, `calls_per_rollout`, `errors`, and `failures` (failed rollouts by kind)
 - `archive/candidates/<id>/traces/<weights>.jsonl`: full rollouts, one a line: the model calls (messages
   and replies), tool calls, the answer, the reward, any error
 - `archive/frontier.json`: the Pareto set (score up, tokens down) under the current weights

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ class CandidateEval:
     tokens_per_rollout: float
     calls_per_rollout: float
     errors: int
+    rollouts: int = 0
+    failures: dict[str, int] = field(default_factory=dict)  # failed rollouts by kind (search/diagnosis.py)
 
 
 def code_fingerprint(source: str) -> str:

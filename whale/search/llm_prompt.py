@@ -9,6 +9,7 @@ from typing import Any
 from whale.core.files import read_json, read_jsonl
 from whale.harness.records import HarnessCandidate
 from whale.search.archive import Archive
+from whale.search.diagnosis import describe
 from whale.search.proposer import ProposalRequest
 
 FAILED_STATUSES = ("failed", "invalid", "duplicate", "rejected")
@@ -106,6 +107,8 @@ def score_summary(archive: Archive, cid: str, weights_version: str) -> str:
         f"{ev.get('calls_per_rollout', 0.0):.1f} model calls per rollout; "
         f"{ev.get('errors', 0)} crashed rollouts",
     ]
+    if ev.get("rollouts"):
+        lines.append(describe(ev.get("failures", {}), ev["rollouts"]))
     worst = [f"{t}={s:.2f}" for t, s in scores[:8] if s < 1.0]
     if worst:
         lines.append("lowest tasks: " + ", ".join(worst))

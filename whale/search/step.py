@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from whale.core.config import Config
 from whale.core.stats import decide_acceptance, task_means
@@ -25,6 +26,7 @@ from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.task import Task
 from whale.rollout.executor import Executor
 from whale.search.archive import Archive, CandidateEval, code_fingerprint
+from whale.search.diagnosis import diagnose
 from whale.search.mutation import signature
 from whale.search.proposer import Proposal, ProposalRequest, Proposer
 from whale.search.race import RaceResult, RaceSettings, race
@@ -74,7 +76,13 @@ class IterationResult:
     race_rollouts: int | None = None  # acceptance=race: the challenger rollouts the decision cost
 
 
-def summarize(candidate_id: str, weights_version: str, rollouts: list[Rollout]) -> CandidateEval:
+def summarize(
+    candidate_id: str,
+    weights_version: str,
+    rollouts: list[Rollout],
+    inputs: dict[str, dict[str, Any]] | None = None,
+) -> CandidateEval:
+    """Per-task means, cost per rollout and the failures by kind (`inputs`: task id -> task inputs)."""
     per_task = task_means((r.task_id, r.reward) for r in rollouts)
     n = max(len(rollouts), 1)
     return CandidateEval(
@@ -85,6 +93,8 @@ def summarize(candidate_id: str, weights_version: str, rollouts: list[Rollout]) 
         tokens_per_rollout=sum(r.generated_tokens for r in rollouts) / n,
         calls_per_rollout=sum(len(r.calls) for r in rollouts) / n,
         errors=sum(r.error is not None for r in rollouts),
+        rollouts=len(rollouts),
+        failures=diagnose(rollouts, inputs),
     )
 
 
@@ -98,7 +108,7 @@ def evaluate_candidate(
 ) -> tuple[CandidateEval, list[Rollout]]:
     jobs = [RolloutJob(t, candidate, s) for t in tasks for s in range(rollouts_per_task)]
     rollouts = runner.run(jobs, on_done)
-    ev = summarize(candidate.id, runner.weights_version, rollouts)
+    ev = summarize(candidate.id, runner.weights_version, rollouts, {t.id: t.inputs for t in tasks})
     archive.record_eval(ev, rollouts)
     return ev, rollouts
 
@@ -212,7 +222,8 @@ def race_candidates(
     race_settings = RaceSettings(alpha=settings.alpha)
     outcome = race([c.id for c in candidates], incumbent_eval.per_task, order, score, n, race_settings, seed)
     for entry in outcome.entries:
-        ev = summarize(entry.candidate_id, runner.weights_version, spent[entry.candidate_id])
+        inputs = {t.id: t.inputs for t in tasks}
+        ev = summarize(entry.candidate_id, runner.weights_version, spent[entry.candidate_id], inputs)
         archive.record_eval(ev, spent[entry.candidate_id])
         result.evaluated.append(ev)
         if entry.status != "accepted":
