@@ -156,7 +156,7 @@ class ProposerConfig(Section):
     """Who writes harness candidates: the offline knob mutator, any OpenAI-compatible LLM, or a coding
     agent command. See docs/proposers.md."""
 
-    kind: Literal["mutation", "llm", "agent"] = "mutation"
+    kind: Literal["mutation", "program", "llm", "agent"] = "mutation"
     base_url: str | None = None  # llm: e.g. http://127.0.0.1:8000/v1
     model: str = "default"  # llm: the endpoint's model name
     api_key_env: str | None = None  # llm: name of the environment variable holding the API key

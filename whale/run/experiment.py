@@ -213,7 +213,9 @@ class Experiment:
         st, tasks = self.state, self.splits["search"]
         incumbent = self.archive.load(st.incumbent)
         ev = self._current_eval(st.incumbent, st.incumbent_eval)
-        proposer = build_proposer(self.cfg, self.domain, self.usage, st.search_iters, self.console)
+        proposer = build_proposer(
+            self.cfg, self.domain, self.usage, st.search_iters, self.console, tasks[0].inputs
+        )
         seed = self.cfg.seed + st.search_iters
         with self.bars(
             f"search iteration {st.search_iters + 1}", self.search_settings.rollouts(len(tasks))
@@ -237,7 +239,9 @@ class Experiment:
         st, tasks = self.state, self.splits["search"]
         known = {e["candidate_id"]: e for e in st.population or []}
         population = [self._current_eval(cid, known.get(cid)) for cid in known or [st.incumbent]]
-        proposer = build_proposer(self.cfg, self.domain, self.usage, st.search_iters, self.console)
+        proposer = build_proposer(
+            self.cfg, self.domain, self.usage, st.search_iters, self.console, tasks[0].inputs
+        )
         total = self.search_settings.rollouts(len(tasks))
         with self.bars(f"population iteration {st.search_iters + 1}", total) as tick:
             result = population_step(

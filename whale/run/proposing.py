@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from rich.console import Console
 
@@ -12,6 +13,7 @@ from whale.domains.base import Domain
 from whale.run.rundir import RunState
 from whale.run.schedule import method_rules
 from whale.search.mutation import MutationProposer
+from whale.search.program import ProgramProposer
 from whale.search.proposer import Proposal, ProposalRequest, Proposer, ProposerUsage, budget_spent, full_brief
 
 
@@ -37,10 +39,15 @@ class ShownProposer:
 
 
 def build_proposer(
-    cfg: Config, domain: Domain, usage: ProposerUsage, iteration: int, console: Console
+    cfg: Config,
+    domain: Domain,
+    usage: ProposerUsage,
+    iteration: int,
+    console: Console,
+    inputs: dict[str, Any],
 ) -> Proposer:
-    """The mutation proposer is re-seeded per iteration, so a resumed run proposes what an uninterrupted
-    one would have; LLM and agent proposers charge `usage`."""
+    """The offline proposers are re-seeded per iteration, so a resumed run proposes what an uninterrupted
+    one would have; LLM and agent proposers charge `usage`. `inputs`: one search task's inputs."""
     p = cfg.proposer
     if p.kind == "llm":
         from whale.search.llm_proposer import LLMProposer
@@ -50,10 +57,13 @@ def build_proposer(
         from whale.search.agent_proposer import AgentProposer
 
         return ShownProposer(AgentProposer(p, usage), console)
+    prompts_only = method_rules(cfg.schedule.method).prompts_only
+    if p.kind == "program" and not prompts_only:  # fast-slow edits prompt text only: the knob mutator
+        return ProgramProposer(domain.knob_pool(), cfg.seed * 7919 + iteration, inputs)
     return MutationProposer(
         domain.knob_pool(),
         seed=cfg.seed * 7919 + iteration,
-        text_only=method_rules(cfg.schedule.method).prompts_only,
+        text_only=prompts_only,
     )
 
 
