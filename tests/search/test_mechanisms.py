@@ -135,3 +135,28 @@ def test_demonstrations_come_only_from_passing_search_rollouts_under_the_current
     found = bootstrap_demos(archive, "w-fake")
     assert {d["task"] for d in found} == {t.id for t in search}
     assert all(d["reply"] for d in found) and bootstrap_demos(archive, "w-other") == []
+
+
+def test_a_mechanism_already_tried_on_the_incumbent_is_not_proposed_again(tmp_path, choice_runner):
+    runner, domain = choice_runner
+    archive = Archive(tmp_path / "search")
+    seed = HarnessCandidate("c0000", CHOICE_SEED, None, "seed", "seed")
+    archive.add(seed, status="seed")
+    ev, _ = evaluate_candidate(runner, archive, seed, domain.tasks, 1)
+    counter = iter(range(1, 100))
+    request = ProposalRequest(archive, [seed], 2, lambda: f"c{next(counter):04d}", ev.weights_version, "", 0)
+    first = ProgramProposer({}, 0, domain.tasks[0].inputs).propose(request)
+    for c in first.candidates:
+        archive.add(c)
+    second = ProgramProposer({}, 1, domain.tasks[0].inputs).propose(request)
+    names = lambda p: {c.hypothesis.split(" ")[0] for c in p.candidates}  # noqa: E731
+    # demos needs a passing rollout, and this seed passes none: the other three mechanisms, each once
+    assert names(first).isdisjoint(names(second)) and names(first) | names(second) == {
+        "snap",
+        "votes",
+        "retry",
+    }
+    for c in second.candidates:
+        archive.add(c)
+    third = ProgramProposer({}, 2, domain.tasks[0].inputs).propose(request)
+    assert third.candidates == []  # every mechanism tried and no knobs to mutate: nothing new to offer

@@ -225,7 +225,7 @@ class Experiment:
             )
         st.search_iters += 1
         self._charge(result.rollouts, "search")
-        record_proposal(self.state, self.cfg, self.usage, result.proposal)
+        record_proposal(self.state, self.cfg, self.usage, result.proposal, len(result.rollouts))
         st.incumbent, st.incumbent_eval = result.incumbent.id, asdict(result.incumbent_eval)
         race = {"decision_rollouts": result.race_rollouts}
         self._search_event(result, result.incumbent_eval.mean, result.accepted, reason=result.reason, **race)
@@ -256,7 +256,7 @@ class Experiment:
             )
         st.search_iters += 1
         self._charge(result.rollouts, "search")
-        record_proposal(self.state, self.cfg, self.usage, result.proposal)
+        record_proposal(self.state, self.cfg, self.usage, result.proposal, len(result.rollouts))
         best = result.population[0]
         changed = best.candidate_id != st.incumbent
         st.population = [asdict(e) for e in result.population]

@@ -74,9 +74,21 @@ def search_brief(cfg: Config, domain: Domain) -> str:
     return text
 
 
-def record_proposal(state: RunState, cfg: Config, usage: ProposerUsage, proposal: Proposal) -> None:
-    """Keep the proposer's usage in the run state, and why it may not run again once its budget is spent."""
+EMPTY_SEARCHES = 3  # search iterations in a row without a runnable candidate before search stops
+
+
+def record_proposal(
+    state: RunState, cfg: Config, usage: ProposerUsage, proposal: Proposal, spent: int
+) -> None:
+    """Keep the proposer's usage in the run state, and why it may not run again: its budget is spent, or
+    it has offered nothing new to run (only duplicates or invalid files) for EMPTY_SEARCHES iterations,
+    which cost no rollouts and so would never end a harness-only run."""
     state.proposer_usage = asdict(usage)
+    state.empty_searches = 0 if spent else state.empty_searches + 1
+    if state.empty_searches >= EMPTY_SEARCHES:
+        state.proposer_spent = (
+            f"the proposer offered no new runnable candidate in {EMPTY_SEARCHES} iterations"
+        )
     if proposal.exhausted:
         p = cfg.proposer
         state.proposer_spent = (

@@ -58,6 +58,7 @@ class RunState:
     population: list[dict[str, Any]] | None = None  # fast-slow: CandidateEval of each member
     proposer_usage: dict[str, Any] | None = None  # LLM/agent sessions, tokens, USD, seconds so far
     proposer_spent: str = ""  # why the proposer may not run again, once its budget is spent
+    empty_searches: int = 0  # search iterations in a row that had no candidate to run
     next_eval_at: int = 0  # budget rollouts at which the next evaluation is due
     checkpoint: str | None = None
     kept_checkpoints: list[str] | None = None

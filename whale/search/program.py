@@ -52,6 +52,16 @@ def bootstrap_demos(archive: Archive, weights_version: str, limit: int = MAX_DEM
     return found
 
 
+def tried_on(archive: Archive, parent: str) -> set[str]:
+    """Mechanisms this proposer has already applied to `parent` (each gives the same file again)."""
+    tried = set()
+    for cid in archive.ids():
+        meta = archive.meta(cid)
+        if meta["parent"] == parent and meta["proposer"] == ProgramProposer.name:
+            tried.add(meta["hypothesis"].split(" ")[0])
+    return tried
+
+
 def ranked_mechanisms(failures: dict[str, int], rng: random.Random) -> list[str]:
     """Mechanisms by the failures they address (most first); the rest after them, in random order."""
     weight = {name: 0 for name in MECHANISMS}
@@ -88,11 +98,12 @@ class ProgramProposer:
             ev.calls_per_rollout if ev else 1.0,
             bootstrap_demos(request.archive, request.weights_version),
         )
+        tried = tried_on(request.archive, incumbent.id)
         out: list[HarnessCandidate] = []
         for name in ranked_mechanisms(failures, self.rng):
             if len(out) == request.n:
                 break
-            if MARKERS[name] in incumbent.source:
+            if MARKERS[name] in incumbent.source or name in tried:
                 continue
             source = MECHANISMS[name](incumbent.source, ctx)
             if source is None or validate.problems(source):
