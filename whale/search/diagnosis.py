@@ -34,16 +34,22 @@ def normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text.strip().lower()).strip(" .")
 
 
-def candidate_set(inputs: dict[str, Any] | None) -> set[str] | None:
-    """The allowed answers a task's inputs spell out: the first list of 2 to MAX_OPTIONS strings."""
-    for value in (inputs or {}).values():
+def options_key(inputs: dict[str, Any] | None) -> str | None:
+    """The input that lists the allowed answers: the first list of 2 to MAX_OPTIONS strings."""
+    for key, value in (inputs or {}).items():
         if (
             isinstance(value, list)
             and 2 <= len(value) <= MAX_OPTIONS
             and all(isinstance(v, str) for v in value)
         ):
-            return {normalise(v) for v in value}
+            return key
     return None
+
+
+def candidate_set(inputs: dict[str, Any] | None) -> set[str] | None:
+    """The allowed answers a task's inputs spell out, normalised (None when they list none)."""
+    key = options_key(inputs)
+    return None if key is None else {normalise(v) for v in inputs[key]}
 
 
 def failure_kind(rollout: Rollout, inputs: dict[str, Any] | None = None) -> str | None:

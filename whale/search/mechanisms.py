@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from whale.search.diagnosis import options_key
+
 MAX_MODEL_CALLS = 16  # the runner's default cap on model calls per rollout (harness.calls.RunnerLimits)
 
 
@@ -97,14 +99,6 @@ def run(task, llm, tools):
     return answer
 """
     )
-
-
-def options_key(inputs: dict[str, Any]) -> str | None:
-    """The input that lists the allowed answers: the first list of 2 to 64 strings."""
-    for key, value in inputs.items():
-        if isinstance(value, list) and 2 <= len(value) <= 64 and all(isinstance(v, str) for v in value):
-            return key
-    return None
 
 
 def snap(source: str, ctx: Context) -> str | None:

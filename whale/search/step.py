@@ -221,8 +221,8 @@ def race_candidates(
 
     race_settings = RaceSettings(alpha=settings.alpha)
     outcome = race([c.id for c in candidates], incumbent_eval.per_task, order, score, n, race_settings, seed)
+    inputs = {t.id: t.inputs for t in tasks}
     for entry in outcome.entries:
-        inputs = {t.id: t.inputs for t in tasks}
         ev = summarize(entry.candidate_id, runner.weights_version, spent[entry.candidate_id], inputs)
         archive.record_eval(ev, spent[entry.candidate_id])
         result.evaluated.append(ev)
