@@ -108,7 +108,7 @@ def test_complete_tiny_run_writes_the_run_directory(tmp_path):
     assert len(candidates) >= 2  # the search proposed at least one challenger
     for cid in candidates[1:]:
         meta = read_json(out / "search/candidates" / cid / "meta.json")
-        assert meta["proposer"] == "mutation" and meta["status"] != "proposed"
+        assert meta["proposer"] in ("program", "mutation") and meta["status"] != "proposed"
     frontier = read_json(out / "search/frontier.json")
     assert frontier["candidates"] and frontier["weights_version"].startswith("w")
     assert all({"mean", "tokens_per_rollout", "calls_per_rollout"} <= set(c) for c in frontier["candidates"])

@@ -9,7 +9,7 @@ from whale.model.engine import SamplingParams
 from whale.search.archive import Archive
 from whale.search.diagnosis import candidate_set, describe, diagnose, failure_kind
 from whale.search.llm_prompt import score_summary
-from whale.search.step import evaluate_candidate
+from whale.search.scoring import evaluate_candidate
 
 
 def call(text: str) -> ModelCall:

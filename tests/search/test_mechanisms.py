@@ -14,13 +14,14 @@ from whale.harness import validate
 from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutRunner
-from whale.harness.task import Task
+from whale.harness.task import Task, ToolError
 from whale.model.engine import SamplingParams
 from whale.search.archive import Archive
-from whale.search.mechanisms import MECHANISMS, Context, votes
+from whale.search.mechanisms import MECHANISMS, Context, apply, variants, votes
 from whale.search.program import ProgramProposer, bootstrap_demos, ranked_mechanisms
 from whale.search.proposer import ProposalRequest
-from whale.search.step import evaluate_candidate
+from whale.search.scoring import evaluate_candidate
+from whale.search.toolspec import tool_specs
 
 DEMO = {"task": "s-0", "user": "pick cloud", "reply": "cloud"}
 CHOICE_SEED = (
@@ -32,13 +33,17 @@ class ChoiceDomain:
     """Multiple choice, known to no part of whale: the answer must be one of task["choices"]."""
 
     name = "choice"
-    brief = "Pick the choice the question names."
+    brief = "Pick the choice the question names. tools.options() lists them; tools.spell(word) spells one."
 
     class Box:
-        names = ()
+        names = ("options", "spell")
 
         def call(self, name, args, kwargs):
-            raise AssertionError("no tools")
+            if name == "options" and not args:
+                return ["stone", "cloud", "apple", "river"]
+            if name == "spell" and len(args) == 1:
+                return str(args[0]).upper()
+            raise ToolError(f"bad call {name}{tuple(args)}")
 
     def __init__(self):
         words = ["stone", "cloud", "apple", "river"]
@@ -59,20 +64,38 @@ def built_in(name: str):
     return build_domain(DomainConfig(name=name, sizes=sizes))
 
 
-@pytest.mark.parametrize("domain", ["math", "chess", "searchqa", "choice"])
-@pytest.mark.parametrize("mechanism", sorted(MECHANISMS))
-def test_each_mechanism_yields_a_valid_harness_on_every_domain(domain, mechanism):
+def keys_and_context(domain: str):
     d = ChoiceDomain() if domain == "choice" else built_in(domain)
-    inputs = d.tasks[0].inputs if domain == "choice" else d.splits()["search"][0].inputs
-    source = MECHANISMS[mechanism](
-        d.seed_harness() if domain != "choice" else CHOICE_SEED, Context(inputs, 1.0, [DEMO])
-    )
-    if mechanism == "snap" and domain != "choice":
-        assert source is None  # no list of options in these inputs: not applicable
-        return
-    assert source is not None and validate.problems(source) == []
-    again = MECHANISMS[mechanism](source, Context(inputs, 1.0, [DEMO]))  # mechanisms stack
-    assert again is not None and validate.problems(again) == []
+    task = d.tasks[0] if domain == "choice" else d.splits()["search"][0]
+    ctx = Context(task.inputs, 1.0, [DEMO], tool_specs(d.toolbox(task), d.brief))
+    seed = d.seed_harness() if domain != "choice" else CHOICE_SEED
+    return seed, ctx, [key for name in sorted(MECHANISMS) for key in variants(name, ctx)]
+
+
+@pytest.mark.parametrize("domain", ["math", "chess", "searchqa", "choice"])
+def test_each_mechanism_yields_a_valid_harness_on_every_domain(domain):
+    seed, ctx, keys = keys_and_context(domain)
+    expected = {
+        "math": {"delegate:calculator", "delegate:python"},
+        "chess": {
+            "delegate:board",
+            "delegate:side_to_move",
+            "delegate:legal_moves",
+            "delegate:play",
+            "snap:legal_moves",
+        },
+        "searchqa": {"delegate:search", "delegate:lookup"},
+        "choice": {"delegate:options", "delegate:spell", "snap:options"},
+    }[domain]
+    assert expected <= set(keys) and {"votes", "retry", "snap", "demos", "plan"} <= set(keys)
+    for key in keys:
+        source = apply(key, seed, ctx)
+        if key == "snap" and domain != "choice":
+            assert source is None  # no list of options in these inputs: not applicable
+            continue
+        assert source is not None and validate.problems(source) == [], key
+        again = apply(key, source, ctx)  # mechanisms stack
+        assert again is not None and validate.problems(again) == [], key
 
 
 @pytest.fixture
@@ -104,6 +127,36 @@ def test_wrapped_harnesses_run_in_the_sandbox_and_do_what_they_say(choice_runner
     assert own.calls[0].prompt_ids[0] == 1 and other.calls[0].prompt_ids[0] == 3
     stacked = run_all(runner, domain, MECHANISMS["snap"](MECHANISMS["retry"](CHOICE_SEED, ctx), ctx))
     assert all(r.reward == 1 for r in stacked)
+
+
+ASKS_TWICE = (
+    "def run(task, llm, tools):\n"
+    '    reply = llm.chat([{"role": "user", "content": task["question"]}])\n'
+    '    if "Reply again" not in reply:\n'
+    '        raise ValueError("no choice named")\n'
+    '    return "ok"\n'
+)
+VAGUE = 'def run(task, llm, tools):\n    return llm.chat([{"role": "user", "content": "which?"}])\n'
+
+
+def test_the_program_mechanisms_feed_errors_back_plan_delegate_and_snap_to_a_tool(choice_runner):
+    runner, domain = choice_runner
+    task = domain.tasks[0]
+    ctx = Context(task.inputs, 1.0, [], tool_specs(domain.toolbox(task), domain.brief))
+    told = run_all(runner, domain, apply("retry", ASKS_TWICE, ctx))
+    assert all(r.answer == "ok" and len(r.calls) == 2 for r in told)
+    assert "no choice named" in told[0].calls[1].text  # the second try was told what went wrong
+    planned = run_all(runner, domain, apply("plan", CHOICE_SEED, ctx))
+    assert all(len(r.calls) == 2 and "Plan: echo: pick" in r.answer for r in planned)
+    spelled = run_all(runner, domain, apply("delegate:spell", CHOICE_SEED, ctx))
+    assert all(len(r.calls) == 2 and len(r.tool_calls) == 1 for r in spelled)
+    assert "The tool spell('<word>') returned: <WORD>" in spelled[0].answer  # the model's argument, called
+    listed = run_all(runner, domain, apply("delegate:options", CHOICE_SEED, ctx))
+    assert all(len(r.calls) == 1 and "options() returned: ['stone'" in r.answer for r in listed)
+    vague = run_all(runner, domain, VAGUE)
+    snapped = run_all(runner, domain, apply("snap:options", VAGUE, ctx))
+    assert all(r.answer == "echo: which?" for r in vague)
+    assert all(r.answer in {"stone", "cloud", "apple", "river"} for r in snapped)
 
 
 def test_the_proposer_tries_the_remedy_of_the_most_frequent_failure_first(tmp_path, choice_runner):
@@ -150,11 +203,12 @@ def test_a_mechanism_already_tried_on_the_incumbent_is_not_proposed_again(tmp_pa
         archive.add(c)
     second = ProgramProposer({}, 1, domain.tasks[0].inputs).propose(request)
     names = lambda p: {c.hypothesis.split(" ")[0] for c in p.candidates}  # noqa: E731
-    # demos needs a passing rollout, and this seed passes none: the other three mechanisms, each once
+    # demos needs a passing rollout, and this seed passes none; no tools given: the other four, each once
     assert names(first).isdisjoint(names(second)) and names(first) | names(second) == {
         "snap",
         "votes",
         "retry",
+        "plan",
     }
     for c in second.candidates:
         archive.add(c)

@@ -129,10 +129,11 @@ class SearchConfig(Section):
     rollouts_per_task: int = Field(1, ge=1)
     smoke_tasks: int = Field(2, ge=1)
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
-    # paired: every challenger on every search task, the best by mean accepted when its paired bootstrap
-    # LCB is above zero; race: challengers raced on growing batches of tasks, losers dropped early, a
-    # winner accepted by a sign-flip test whose false-acceptance rate is at most alpha (whale/search/race.py)
-    acceptance: Literal["paired", "race"] = "paired"
+    # race: challengers raced on growing batches of tasks, losers dropped early, a winner accepted by a
+    # sign-flip test whose false-acceptance rate is at most alpha; paired: every challenger on every
+    # search task, the best accepted when its paired bootstrap LCB is above zero; argmax: the best by mean,
+    # no test (the paper's reference code). One rule for every method: whale/search/acceptance.py
+    acceptance: Literal["race", "paired", "argmax"] = "race"
 
 
 class AdaptiveConfig(Section):
@@ -156,7 +157,7 @@ class ProposerConfig(Section):
     """Who writes harness candidates: the offline knob mutator, any OpenAI-compatible LLM, or a coding
     agent command. See docs/proposers.md."""
 
-    kind: Literal["mutation", "program", "llm", "agent"] = "mutation"
+    kind: Literal["program", "mutation", "llm", "agent"] = "program"
     base_url: str | None = None  # llm: e.g. http://127.0.0.1:8000/v1
     model: str = "default"  # llm: the endpoint's model name
     api_key_env: str | None = None  # llm: name of the environment variable holding the API key

@@ -87,14 +87,14 @@ class SearchIteration(Event):
     incumbent: str
     incumbent_score: float
     accepted: bool
-    reason: str | None  # the acceptance test's verdict (one incumbent)
+    reason: str | None  # the acceptance rule's verdict
     population: dict[str, float] | None  # fast-slow: member -> search score
     candidates: dict[str, float]  # challengers evaluated -> search score
     failed: dict[str, str]  # challengers that never got a score -> why
     spent: int
     proposal: str
     proposer_cost: dict[str, Any]
-    decision_rollouts: int | None = None  # acceptance=race: the challenger rollouts the race cost
+    decision_rollouts: int | None = None  # the challenger rollouts the acceptance decision cost
 
 
 @dataclass

@@ -45,7 +45,8 @@ from whale.run.summary import summarize_run
 from whale.run.tracking import Tracker, check_tracking
 from whale.search.archive import Archive, CandidateEval
 from whale.search.proposer import ProposerUsage
-from whale.search.step import SearchSettings, evaluate_candidate, harness_step, population_step
+from whale.search.scoring import evaluate_candidate
+from whale.search.step import SearchSettings, harness_step, population_step
 from whale.weights.step import WeightSettings, needs_reference, weight_step
 
 
@@ -213,9 +214,7 @@ class Experiment:
         st, tasks = self.state, self.splits["search"]
         incumbent = self.archive.load(st.incumbent)
         ev = self._current_eval(st.incumbent, st.incumbent_eval)
-        proposer = build_proposer(
-            self.cfg, self.domain, self.usage, st.search_iters, self.console, tasks[0].inputs
-        )
+        proposer = build_proposer(self.cfg, self.domain, self.usage, st.search_iters, self.console, tasks[0])
         seed = self.cfg.seed + st.search_iters
         with self.bars(
             f"search iteration {st.search_iters + 1}", self.search_settings.rollouts(len(tasks))
@@ -227,21 +226,18 @@ class Experiment:
         self._charge(result.rollouts, "search")
         record_proposal(self.state, self.cfg, self.usage, result.proposal, len(result.rollouts))
         st.incumbent, st.incumbent_eval = result.incumbent.id, asdict(result.incumbent_eval)
-        race = {"decision_rollouts": result.race_rollouts}
-        self._search_event(result, result.incumbent_eval.mean, result.accepted, reason=result.reason, **race)
+        self._search_event(result, result.incumbent_eval.mean, result.accepted)
         verdict = "accepted" if result.accepted else "kept incumbent"
         self.console.print(f"  search iteration {st.search_iters}: {verdict} — {result.reason}")
         return result.incumbent_eval.mean, result.accepted
 
     def _population_unit(self) -> tuple[float, bool]:
-        """fast-slow: re-score the population under the current weights, add prompt-text children, keep
-        the top `schedule.population`; the best member becomes the harness used at evaluation."""
+        """fast-slow: re-score the population under the current weights and add prompt-text children; the
+        acceptance rule decides whether one becomes the leader, the harness used at evaluation."""
         st, tasks = self.state, self.splits["search"]
         known = {e["candidate_id"]: e for e in st.population or []}
         population = [self._current_eval(cid, known.get(cid)) for cid in known or [st.incumbent]]
-        proposer = build_proposer(
-            self.cfg, self.domain, self.usage, st.search_iters, self.console, tasks[0].inputs
-        )
+        proposer = build_proposer(self.cfg, self.domain, self.usage, st.search_iters, self.console, tasks[0])
         total = self.search_settings.rollouts(len(tasks))
         with self.bars(f"population iteration {st.search_iters + 1}", total) as tick:
             result = population_step(
@@ -290,14 +286,14 @@ class Experiment:
                 st.incumbent,
                 score,
                 accepted,
-                extra.get("reason"),
+                result.reason,
                 extra.get("population"),
                 {e.candidate_id: e.mean for e in result.evaluated},
                 result.failed,
                 len(result.rollouts),
                 result.proposal.note,
                 result.proposal.cost,
-                extra.get("decision_rollouts"),
+                result.decision_rollouts,
             )  # fmt: skip
         )
 

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from rich.console import Console
 
 from whale.core.config import Config
 from whale.core.progress import track
-from whale.domains.base import Domain
+from whale.domains.base import Domain, Task
 from whale.run.rundir import RunState
 from whale.run.schedule import method_rules
 from whale.search.mutation import MutationProposer
 from whale.search.program import ProgramProposer
 from whale.search.proposer import Proposal, ProposalRequest, Proposer, ProposerUsage, budget_spent, full_brief
+from whale.search.toolspec import tool_specs
 
 
 @dataclass
@@ -44,10 +44,11 @@ def build_proposer(
     usage: ProposerUsage,
     iteration: int,
     console: Console,
-    inputs: dict[str, Any],
+    task: Task,
 ) -> Proposer:
     """The offline proposers are re-seeded per iteration, so a resumed run proposes what an uninterrupted
-    one would have; LLM and agent proposers charge `usage`. `inputs`: one search task's inputs."""
+    one would have; LLM and agent proposers charge `usage`. `task`: one search task, whose inputs and
+    tools show the shape the program proposer writes for."""
     p = cfg.proposer
     if p.kind == "llm":
         from whale.search.llm_proposer import LLMProposer
@@ -59,7 +60,8 @@ def build_proposer(
         return ShownProposer(AgentProposer(p, usage), console)
     prompts_only = method_rules(cfg.schedule.method).prompts_only
     if p.kind == "program" and not prompts_only:  # fast-slow edits prompt text only: the knob mutator
-        return ProgramProposer(domain.knob_pool(), cfg.seed * 7919 + iteration, inputs)
+        tools = tool_specs(domain.toolbox(task), domain.brief)
+        return ProgramProposer(domain.knob_pool(), cfg.seed * 7919 + iteration, task.inputs, tools)
     return MutationProposer(
         domain.knob_pool(),
         seed=cfg.seed * 7919 + iteration,

@@ -5,11 +5,19 @@ Each mechanism wraps what is already there instead of editing it: the file's `ru
 any domain, and mechanisms stack (votes over a retried, demonstration-primed harness). What a mechanism
 may read is the shape of the task inputs and what the archive holds; never a domain's name.
 
-    votes     self-consistency: run the harness n times, return the most common normalised answer
-    retry     run it again when it raised or returned nothing (a parse failure, a tool refusal)
-    snap      map the answer onto the closest entry of a list of options in the task's inputs
-    demos     worked examples, bootstrapped from rollouts the verifier passed under the current weights
-              on search tasks, shown before the conversation of every model call
+    votes          self-consistency: run the harness n times, return the most common normalised answer
+    retry          when it raised or returned nothing (a parse failure, a tool refusal), run it again with
+                   the error fed back: its last reply and what went wrong end the next conversation
+    snap           map the answer onto the closest entry of a list of options in the task's inputs
+    snap:<tool>    map every model reply that names none of the options a tool lists (it takes no
+                   arguments) onto the closest one, by spelling alone
+    demos          worked examples, bootstrapped from rollouts the verifier passed under the current
+                   weights on search tasks, shown before the conversation of every model call
+    plan           decompose: the first model call becomes two, a short plan and then the answer with the
+                   plan in front of it
+    delegate:<tool>  tool delegation: before the first model call, ask the model for the tool's argument
+                   (or call a tool without arguments directly), make the call in the harness and put the
+                   result into the conversation (program-of-thought when the tool is a calculator)
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from whale.search.diagnosis import options_key
+from whale.search.toolspec import ToolSpec
 
 MAX_MODEL_CALLS = 16  # the runner's default cap on model calls per rollout (harness.calls.RunnerLimits)
 
@@ -33,6 +42,7 @@ class Context:
     inputs: dict[str, Any]
     calls_per_rollout: float = 1.0
     demos: list[dict[str, str]] = field(default_factory=list)
+    tools: list[ToolSpec] = field(default_factory=list)
 
 
 def wrapped_name(source: str) -> str:
@@ -84,18 +94,42 @@ def retry(source: str, ctx: Context) -> str | None:
         rename_run(source, inner)
         + f"""
 
-RETRIES_{k} = 1  # another try when the harness raised or returned nothing
+import collections
+
+RETRIES_{k} = 1  # another try, told what went wrong, when the harness raised or returned nothing
+RETRY_NOTE_{k} = "Your reply could not be used: {{problem}}. Reply again, in the format asked for."
+
+
+def attempt_{k}(task, llm, tools, told):
+    \"\"\"One try; its first model call ends with `told` (the last reply, what went wrong), if any.\"\"\"
+    state = {{"reply": "", "told": told}}
+
+    def chat(messages, **options):
+        if state["told"]:
+            messages = list(messages) + [
+                {{"role": "assistant", "content": state["told"][0]}},
+                {{"role": "user", "content": state["told"][1]}},
+            ]
+            state["told"] = None
+        reply = llm.chat(messages, **options)
+        state["reply"] = reply if isinstance(reply, str) else (reply[0] if reply else "")
+        return reply
+
+    try:
+        answer = {inner}(task, collections.namedtuple("ToldLLM", ["chat"])(chat), tools)
+        problem = "" if str(answer).strip() else "no answer was found in it"
+    except Exception as error:
+        answer, problem = "", str(error)[:300] or "the harness failed"
+    return answer, problem, state["reply"]
 
 
 def run(task, llm, tools):
-    answer = ""
+    told, answer = None, ""
     for _ in range(RETRIES_{k} + 1):
-        try:
-            answer = {inner}(task, llm, tools)
-        except Exception:
-            answer = ""
-        if str(answer).strip():
+        answer, problem, reply = attempt_{k}(task, llm, tools, told)
+        if not problem:
             return answer
+        told = (reply, RETRY_NOTE_{k}.format(problem=problem))
     return answer
 """
     )
@@ -175,4 +209,185 @@ def run(task, llm, tools):
     )
 
 
-MECHANISMS = {"votes": votes, "retry": retry, "snap": snap, "demos": demos}
+def snap_tool(source: str, ctx: Context, tool: str) -> str | None:
+    inner = wrapped_name(source)
+    k = inner.removeprefix("run_v")
+    return (
+        rename_run(source, inner)
+        + f"""
+
+import collections
+import re
+
+OPTIONS_TOOL_{k} = {tool!r}  # a tool without arguments that lists the allowed answers
+
+
+def closest_{k}(reply, lists):
+    \"\"\"The reply when it names an option; else the option spelled most like it (character pairs).\"\"\"
+    options = [o for entries in lists for o in entries]
+    words = set(re.findall(r"[\\w+#=-]+", reply))
+    if not options or words & set(options):
+        return reply
+
+    def pairs(text):
+        text = text.lower()
+        return {{text[i : i + 2] for i in range(len(text) - 1)}} or {{text}}
+
+    said = pairs(reply)
+    return max(options, key=lambda o: len(said & pairs(o)) / len(pairs(o)))
+
+
+def snapped_{k}(llm, tools):
+    def chat(messages, **options):
+        found = tools.{tool}()
+        values = list(found.values()) if isinstance(found, dict) else [found]
+        lists = [v for v in values if isinstance(v, list) and v and all(isinstance(x, str) for x in v)]
+        replies = llm.chat(messages, **options)
+        if isinstance(replies, str):
+            return closest_{k}(replies, lists)
+        return [closest_{k}(r, lists) for r in replies]
+
+    return collections.namedtuple("SnappedLLM", ["chat"])(chat)
+
+
+def run(task, llm, tools):
+    return {inner}(task, snapped_{k}(llm, tools), tools)
+"""
+    )
+
+
+def plan(source: str, ctx: Context) -> str | None:
+    if ctx.calls_per_rollout + 1 > MAX_MODEL_CALLS:
+        return None
+    inner = wrapped_name(source)
+    k = inner.removeprefix("run_v")
+    return (
+        rename_run(source, inner)
+        + f"""
+
+import collections
+
+PLAN_PROMPT_{k} = "First write, briefly, the steps needed to solve this. Do not give the final answer yet."
+PLAN_TOKENS_{k} = 64
+
+
+def planned_{k}(llm):
+    \"\"\"The model; its first conversation is preceded by a call that writes a plan, shown after it.\"\"\"
+    state = {{"planned": False}}
+
+    def chat(messages, **options):
+        if state["planned"] or not messages or messages[-1]["role"] != "user":
+            return llm.chat(messages, **options)
+        state["planned"] = True
+        head, last = list(messages[:-1]), messages[-1]["content"]
+        ask = head + [{{"role": "user", "content": last + "\\n\\n" + PLAN_PROMPT_{k}}}]
+        steps = llm.chat(ask, max_tokens=PLAN_TOKENS_{k})
+        steps = steps if isinstance(steps, str) else (steps[0] if steps else "")
+        return llm.chat(head + [{{"role": "user", "content": last + "\\n\\nPlan: " + steps}}], **options)
+
+    return collections.namedtuple("PlannedLLM", ["chat"])(chat)
+
+
+def run(task, llm, tools):
+    return {inner}(task, planned_{k}(llm), tools)
+"""
+    )
+
+
+ASK_FOR_ARGUMENT = """
+    reply = llm.chat(head + [{"role": "user", "content": last + "\\n\\n" + DELEGATE_ASK_@K@}], max_tokens=64)
+    reply = reply if isinstance(reply, str) else (reply[0] if reply else "")
+    found = re.search(r"@PARAM@\\s*:\\s*(.+)", reply, re.IGNORECASE)
+    lines = (found.group(1) if found else reply).strip().splitlines()
+    value = lines[0].strip(" `") if lines else ""
+    try:
+        return "The tool @TOOL@(" + repr(value) + ") returned: " + str(tools.@TOOL@(value))[:800]
+    except Exception as error:
+        return "The tool @TOOL@(" + repr(value) + ") failed: " + str(error)[:300]
+"""
+CALL_DIRECTLY = """
+    try:
+        return "The tool @TOOL@() returned: " + str(tools.@TOOL@())[:800]
+    except Exception as error:
+        return "The tool @TOOL@() failed: " + str(error)[:300]
+"""
+DELEGATED = """
+
+import collections
+import re
+
+DELEGATE_TOOL_@K@ = '@TOOL@'  # the harness makes this tool call and shows the model its result
+DELEGATE_ASK_@K@ = @ASK@
+
+
+def tool_result_@K@(llm, tools, head, last):
+    \"\"\"The line shown to the model: the tool's result for the argument the model gave.\"\"\"@BODY@
+
+def delegated_@K@(llm, tools):
+    state = {"done": False}
+
+    def chat(messages, **options):
+        if state["done"] or not messages or messages[-1]["role"] != "user":
+            return llm.chat(messages, **options)
+        state["done"] = True
+        head, last = list(messages[:-1]), messages[-1]["content"]
+        shown = tool_result_@K@(llm, tools, head, last)
+        return llm.chat(head + [{"role": "user", "content": last + "\\n\\n" + shown}], **options)
+
+    return collections.namedtuple("DelegatedLLM", ["chat"])(chat)
+
+
+def run(task, llm, tools):
+    return @INNER@(task, delegated_@K@(llm, tools), tools)
+"""
+
+
+def delegate(source: str, ctx: Context, tool: str) -> str | None:
+    spec = next((t for t in ctx.tools if t.name == tool), None)
+    if spec is None or spec.params is None or len(spec.params) > 1 or not tool.isidentifier():
+        return None
+    if spec.params and ctx.calls_per_rollout + 1 > MAX_MODEL_CALLS:
+        return None
+    inner = wrapped_name(source)
+    param = spec.params[0] if spec.params else ""
+    ask = f"Give only the {param} to pass to the tool {tool}, on one line, as: {param}: <{param}>"
+    body = ASK_FOR_ARGUMENT.replace("@PARAM@", re.escape(param)) if param else CALL_DIRECTLY
+    code = DELEGATED.replace("@BODY@", body).replace("@K@", inner.removeprefix("run_v"))
+    code = code.replace("@INNER@", inner).replace("@ASK@", repr(ask if param else "")).replace("@TOOL@", tool)
+    return rename_run(source, inner) + code
+
+
+MECHANISMS = {
+    "votes": votes, "retry": retry, "snap": snap, "demos": demos, "plan": plan, "delegate": delegate,
+}  # fmt: skip
+PER_TOOL = {"delegate": delegate, "snap": snap_tool}  # mechanisms with one variant per tool
+MARKERS = {
+    "votes": "N_VOTES_", "retry": "RETRIES_", "snap": "OPTIONS_KEY_", "demos": "DEMOS_",
+    "plan": "PLAN_PROMPT_",
+}  # fmt: skip
+TOOL_MARKERS = {"delegate": "DELEGATE_TOOL_", "snap": "OPTIONS_TOOL_"}
+
+
+def variants(name: str, ctx: Context) -> list[str]:
+    """The keys a mechanism can be applied as: "snap" and "snap:<tool>" for each tool listing options,
+    "delegate:<tool>" for each tool taking at most one argument."""
+    keys = [] if name == "delegate" else [name]
+    if name == "delegate":
+        keys += [f"delegate:{t.name}" for t in ctx.tools if t.params is not None and len(t.params) <= 1]
+    if name == "snap":
+        keys += [f"snap:{t.name}" for t in ctx.tools if t.lists_options]
+    return keys
+
+
+def present(key: str, source: str) -> bool:
+    """The harness has this mechanism already (stacking it again would do nothing new)."""
+    name, _, tool = key.partition(":")
+    if tool:
+        return re.search(rf"{TOOL_MARKERS[name]}\d+ = {re.escape(repr(tool))}", source) is not None
+    return MARKERS[name] in source
+
+
+def apply(key: str, source: str, ctx: Context) -> str | None:
+    """The harness with mechanism `key` added, or None when it does not apply to this task's shape."""
+    name, _, tool = key.partition(":")
+    return PER_TOOL[name](source, ctx, tool) if tool else MECHANISMS[name](source, ctx)

@@ -15,21 +15,21 @@ from typing import Any
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate
 from whale.search.archive import Archive
-from whale.search.mechanisms import MECHANISMS, Context
+from whale.search.mechanisms import MECHANISMS, Context, apply, present, variants
 from whale.search.mutation import MutationProposer
 from whale.search.proposer import Proposal, ProposalRequest
+from whale.search.toolspec import ToolSpec
 
 # failure kind -> the mechanisms that address it, most direct first
 REMEDIES = {
     "crash": ("retry",),
-    "tool error": ("retry",),
+    "tool error": ("retry", "delegate"),
     "empty reply": ("retry", "votes"),
-    "no answer": ("retry", "votes"),
-    "outside candidates": ("snap",),
-    "wrong value": ("demos", "votes"),
+    "no answer": ("retry", "snap", "votes"),
+    "outside candidates": ("snap", "delegate"),
+    "wrong value": ("demos", "votes", "delegate", "plan"),
     "timeout": (),
 }
-MARKERS = {"votes": "N_VOTES_", "retry": "RETRIES_", "snap": "OPTIONS_KEY_", "demos": "DEMOS_"}
 MAX_DEMOS = 3
 
 
@@ -77,12 +77,23 @@ class ProgramProposer:
     name = "program"
 
     def __init__(
-        self, pool: dict[str, list[Any]], seed: int, inputs: dict[str, Any], random_order: bool = False
+        self,
+        pool: dict[str, list[Any]],
+        seed: int,
+        inputs: dict[str, Any],
+        tools: list[ToolSpec] | None = None,
+        random_order: bool = False,
     ):
         self.rng = random.Random(seed)
         self.mutation = MutationProposer(pool, seed=seed)
         self.inputs = inputs  # one search task's inputs: the shape every task's inputs share
+        self.tools = tools or []  # the domain's tools: names, parameters, whether one lists options
         self.random_order = random_order  # the harness-random control: mechanisms not picked by diagnosis
+
+    def shuffled(self, keys: list[str]) -> list[str]:
+        """A mechanism's variants (one per tool) in random order, so iterations try different tools."""
+        self.rng.shuffle(keys)
+        return keys
 
     def propose(self, request: ProposalRequest) -> Proposal:
         incumbent = request.parents[0]
@@ -97,23 +108,25 @@ class ProgramProposer:
             self.inputs,
             ev.calls_per_rollout if ev else 1.0,
             bootstrap_demos(request.archive, request.weights_version),
+            self.tools,
         )
         tried = tried_on(request.archive, incumbent.id)
         out: list[HarnessCandidate] = []
-        for name in ranked_mechanisms(failures, self.rng):
+        ranked = ranked_mechanisms(failures, self.rng)
+        keys = [key for name in ranked for key in self.shuffled(variants(name, ctx))]
+        for key in keys:
             if len(out) == request.n:
                 break
-            if MARKERS[name] in incumbent.source or name in tried:
+            if present(key, incumbent.source) or key in tried:
                 continue
-            source = MECHANISMS[name](incumbent.source, ctx)
+            source = apply(key, incumbent.source, ctx)
             if source is None or validate.problems(source):
                 continue
+            name = key.partition(":")[0]
             why = (
                 ", ".join(f"{k} {n}" for k, n in failures.items() if name in REMEDIES.get(k, ())) or "untried"
             )
-            out.append(
-                HarnessCandidate(request.next_id(), source, incumbent.id, f"{name} ({why})", self.name)
-            )
+            out.append(HarnessCandidate(request.next_id(), source, incumbent.id, f"{key} ({why})", self.name))
         if len(out) < request.n:
             out += self.mutation.mutants(request.parents, request.seen, request.n - len(out), request.next_id)
         mechanisms = [c.hypothesis.split(" ")[0] for c in out if c.proposer == self.name]
