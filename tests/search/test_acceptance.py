@@ -138,3 +138,25 @@ def test_a_population_leader_changes_only_by_the_rule(tmp_path, runner, many):
 def test_an_unknown_rule_names_the_choices():
     with pytest.raises(ValueError, match="race, paired, argmax"):
         build_acceptance("vote", 0.05)
+
+
+def test_a_promising_challenger_is_extended_with_the_incumbent_on_fresh_samples(tmp_path, fake_engine):
+    domain = AddDomain(16)
+    runner = RolloutRunner(fake_engine, domain, SamplingParams(max_tokens=4), RunnerLimits(workers=4))
+    try:
+        archive, seed, ev = seeded(tmp_path, runner, domain)
+        three = domain.seed_harness().replace("def run(", "def run_all(", 1) + (
+            "\n\ndef run(task, llm, tools):\n"
+            "    return run_all(task, llm, tools) if task['a'] < 3 else '0'\n"
+        )
+        result = harness_step(
+            runner, archive, ListProposer([three]), seed, ev, domain.tasks,
+            SearchSettings(1, 1, 1, 0.05, "", acceptance=Race()), 0,
+        )  # fmt: skip
+    finally:
+        runner.close()
+    assert not result.accepted and "extended 2x" in result.reason  # right on 3 tasks: p 1/8 at best
+    assert result.decision_rollouts == 16 + 2 * (16 + 16)  # the race, then two rounds with the incumbent
+    assert len(result.rollouts) == 1 + result.decision_rollouts
+    stored = result.evaluated[0]
+    assert stored.rollouts == 16 and stored.mean == 3 / 16  # sample 0 only, like the incumbent's score

@@ -243,9 +243,16 @@ def print_summary(summary: dict, out_dir: Path) -> None:
         f"{b['model_calls']} model calls, "
         f"{b['generated_tokens']} tokens, {b['wall_s']:.0f}s"
     )
+    gains = summary.get("search_gains") or {}
+    if gains.get("start") is not None:
+        accepted = ", ".join(f"{a['candidate']} {a['gain']:+.3f}" for a in gains["accepted"]) or "none"
+        console.print(
+            f"search-split score {gains['start']:.3f} -> {gains['end']:.3f}: "
+            f"weights {gains['weights']:+.3f}, harness {gains['harness']:+.3f} (accepted: {accepted})"
+        )
     if summary["harness_diff"]:
         console.print(f"[bold]accepted harness {summary['final_harness']} vs seed:[/bold]")
         console.print(Syntax(summary["harness_diff"], "diff", word_wrap=True))
     else:
-        console.print("harness: the seed was kept (no challenger passed the paired significance test)")
+        console.print("harness: the seed was kept (no challenger passed the acceptance rule)")
     console.print(f"written to {out_dir}/ (summary.json, evals.jsonl, events.jsonl, search/, checkpoints/)")

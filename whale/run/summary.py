@@ -29,6 +29,25 @@ def harness_diff(search: Path, final: str) -> str:
     )
 
 
+def search_gains(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The agent's search-split score, split into what each side changed. The score of the harness in use
+    moves in two ways only: a re-evaluation of the same harness under new weights (a weight gain), or an
+    accepted challenger under the same weights (a harness gain). The two sums add up to end - start.
+    Accepted gains are measured on the tasks they were selected on, so they lean optimistic."""
+    start = current = None
+    harness_id, weights, harness, accepted = None, 0.0, 0.0, []
+    for e in events:
+        if e["event"] == "reeval" and current is None:
+            start, current, harness_id = e["score"], e["score"], e["harness"]
+        elif e["event"] == "reeval" and e["harness"] == harness_id:
+            weights, current = weights + e["score"] - current, e["score"]
+        elif e["event"] == "search_iteration" and current is not None and e["incumbent"] != harness_id:
+            harness += e["incumbent_score"] - current
+            accepted.append({"candidate": e["incumbent"], "gain": e["incumbent_score"] - current})
+            current, harness_id = e["incumbent_score"], e["incumbent"]
+    return {"start": start, "end": current, "weights": weights, "harness": harness, "accepted": accepted}
+
+
 def best_val_point(points: list[dict[str, Any]]) -> dict[str, Any]:
     """The evaluation point with the best validation mean@k, the earliest on a tie (test is never used)."""
     return max(points, key=lambda p: (p["val"]["mean"], -p["point"]))
@@ -56,6 +75,7 @@ def run_summary(out: Path) -> dict[str, Any] | None:
         "budget": state["budget"],
         "final_harness": final,
         "harness_diff": harness_diff(out / SEARCH, final),
+        "search_gains": search_gains(run.events()),
         "phase_switches": [
             {k: e[k] for k in ("from", "to", "rollouts", "reason", "signals") if k in e} for e in switches
         ],

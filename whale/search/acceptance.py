@@ -132,14 +132,18 @@ class Race:
         if not challengers:
             return Verdict(None, "no challenger")
         by_id = {c.id: c for c in challengers}
-        spent: dict[str, list[Rollout]] = {c.id: [] for c in challengers}
+        incumbent_id = incumbent.candidate_id
+        runs = by_id | {incumbent_id: trial.archive.load(incumbent_id)}
+        spent: dict[str, list[Rollout]] = {cid: [] for cid in runs}
         task_of = {t.id: t for t in trial.tasks if t.id in incumbent.per_task}
         order = sorted(task_of)
         random.Random(trial.seed).shuffle(order)
         n = trial.rollouts_per_task
 
-        def score(ids: list[str], batch: list[str]) -> dict[str, dict[str, float]]:
-            jobs = [RolloutJob(task_of[t], by_id[cid], s) for cid in ids for t in batch for s in range(n)]
+        def score(ids: list[str], batch: list[str], round_: int) -> dict[str, dict[str, float]]:
+            """Round 0: samples 0..n-1, as in the incumbent's own score; extension round r: the next n."""
+            samples = range(round_ * n, (round_ + 1) * n)
+            jobs = [RolloutJob(task_of[t], runs[cid], s) for cid in ids for t in batch for s in samples]
             rollouts = trial.runner.run(jobs, trial.on_done)
             trial.rollouts += rollouts
             for r in rollouts:
@@ -148,7 +152,9 @@ class Race:
                 cid: task_means((r.task_id, r.reward) for r in rollouts if r.harness_id == cid) for cid in ids
             }
 
-        outcome = race(list(by_id), incumbent.per_task, order, score, n, self.settings, trial.seed)
+        outcome = race(
+            list(by_id), incumbent.per_task, order, score, n, self.settings, trial.seed, incumbent_id
+        )
         winner = outcome.accepted
         if winner is not None:  # the tasks the race did not reach, so the winner's score covers the split
             reached = {r.task_id for r in spent[winner]}
@@ -158,9 +164,10 @@ class Race:
             trial.rollouts += more
             spent[winner] += more
         inputs = {t.id: t.inputs for t in trial.tasks}
-        for cid, rollouts in spent.items():
-            ev = summarize(cid, trial.runner.weights_version, rollouts, inputs)
-            trial.archive.record_eval(ev, rollouts)
+        for cid in by_id:  # scored on samples 0..n-1 only, like every incumbent the next race compares with
+            first = [r for r in spent[cid] if r.sample < n]
+            ev = summarize(cid, trial.runner.weights_version, first, inputs)
+            trial.archive.record_eval(ev, spent[cid])
             trial.evaluated.append(ev)
         rejected = {
             e.candidate_id: f"race: {e.status}, {e.reason}" for e in outcome.entries if e.status != "accepted"

@@ -5,18 +5,26 @@ tested on its paired per-task differences to the incumbent, whose per-task score
 weights are known for every search task:
 
   accept  the one-sided sign-flip test of "better" has p <= this look's share of alpha / challengers;
-  drop    the test of "worse" has p <= `drop_p`, or acceptance can no longer be reached on the tasks left.
+  drop    the test of "worse" has p <= `drop_p`, or (without extensions, which re-score every task)
+          acceptance can no longer be reached on the tasks left.
 
 The first look at which any challenger passes ends the race; the best of those that pass (by mean
-difference) is accepted. A race that runs out of tasks accepts nothing.
+difference) is accepted. When the split runs out undecided, the promising challengers (ahead, with a
+"better" p-value of at most `extend_p`) are extended: they and the incumbent get `rollouts_per_task` more
+rollouts on every task (fresh samples, the same number for both), and the test is repeated on the
+per-task means of all samples, at its own share of alpha. A race that still finds no winner accepts
+nothing. (With 16 search tasks, a challenger that differs from the incumbent on only 5 of them cannot
+reach p < 2^-5 however large its gain; more samples per task make more of the differences visible.)
 
 Why the false-acceptance rate is at most `alpha`: under "no difference" (the challenger's success
 probability on every task equals the incumbent's, with or without common random numbers, for rewards in
 {0, 1}), each task's difference is symmetric about zero, so the sign-flip p-value of every test is
 valid (a Monte Carlo p-value (b + 1) / (B + 1) is conservative). alpha is split over the challengers
 and the looks (`look_levels`: most of it on the last look, which has seen every task), so by the union
-bound the chance that any test ever passes is at most alpha. Dropping a challenger only removes chances
-to pass. `tests/search/test_race.py` measures the rate over simulated races.
+bound the chance that any test ever passes is at most alpha. Extensions take part of the last look's
+share, and their per-task differences compare equal numbers of samples, so they stay symmetric too.
+Dropping a challenger only removes chances to pass. `tests/search/test_race.py` measures the rate over
+simulated races.
 """
 
 from __future__ import annotations
@@ -34,9 +42,12 @@ class RaceSettings:
     alpha: float = 0.05  # the family-wise false-acceptance rate of one race
     first_look: int = 4  # tasks in the first batch
     growth: float = 2.0  # each look sees this many times the tasks of the one before
-    drop_p: float = 0.2  # drop a challenger whose "worse" test reaches this p-value
+    drop_p: float = 0.5  # drop a challenger whose "worse" test reaches this p-value (it is behind)
     flips: int = FLIPS  # random sign patterns per test
-    early_share: float = 0.2  # of alpha, spent on the looks before the last (accepting early saves rollouts)
+    early_share: float = 0.1  # of alpha, spent on the looks before the last (accepting early saves rollouts)
+    extensions: int = 2  # rounds of more samples per task for promising challengers once the tasks run out
+    extend_p: float = 0.2  # a live challenger ahead with a "better" p-value at most this is extended
+    extension_share: float = 0.6  # of the last look's level, spent on the extensions (split evenly)
 
 
 @dataclass
@@ -55,8 +66,9 @@ class RaceResult:
     accepted: str | None  # the winner's candidate id
     looks: int  # looks taken
     tasks_seen: int  # search tasks the race reached
-    rollouts: int  # challenger rollouts it cost
+    rollouts: int  # rollouts it cost: the challengers', and the incumbent's in extensions
     reason: str
+    extended: int = 0  # extension rounds run
 
 
 def look_sizes(n_tasks: int, settings: RaceSettings) -> list[int]:
@@ -100,57 +112,120 @@ def best_possible_p(diffs: np.ndarray, remaining: int) -> float:
     return 0.5 ** (nonzero_positive + remaining)
 
 
+def split_last_level(
+    levels: list[float], n_tasks: int, settings: RaceSettings
+) -> tuple[list[float], list[float]]:
+    """The looks' levels with part of the last one moved to the extension rounds; none is moved when
+    n_tasks could not reach either part (n tasks cannot give p below 2^-n), as on a tiny split."""
+    last = levels[-1]
+    moved = last * settings.extension_share
+    rounds = settings.extensions
+    if rounds <= 0 or 0.5**n_tasks > min(moved / max(1, rounds), last - moved):
+        return levels, []
+    return [*levels[:-1], last - moved], [moved / rounds] * rounds
+
+
+def test_look(
+    entries: list[RaceEntry], incumbent: dict[str, float], level: float, rng, settings
+) -> list[RaceEntry]:
+    """Update each entry's p-value and mean difference; return those that pass `level`."""
+    passed = []
+    for e in entries:
+        ids = list(e.per_task)
+        diffs = np.array([e.per_task[t] - incumbent[t] for t in ids])
+        e.mean_diff = float(diffs.mean())
+        e.p_better = sign_flip_p(diffs, rng, settings.flips)
+        if e.p_better <= level:
+            passed.append(e)
+    return passed
+
+
+def decided(
+    entries: list[RaceEntry], passed: list[RaceEntry], level: float, settings: RaceSettings, note: str
+) -> tuple[str, str]:
+    """Mark the winner and the others that passed; (winner id, reason)."""
+    winner = max(passed, key=lambda e: e.mean_diff)
+    for e in passed:
+        e.status = "accepted" if e is winner else "passed"
+        e.reason = f"p {e.p_better:.4f} <= {level:.4f} after {len(e.per_task)} tasks{note}"
+    reason = (
+        f"{winner.candidate_id} accepted: mean diff {winner.mean_diff:+.4f}, sign-flip p "
+        f"{winner.p_better:.4f} <= {level:.4f} (alpha {settings.alpha:g} over {len(entries)} "
+        f"challengers and the looks) after {len(winner.per_task)} tasks{note}"
+    )
+    return winner.candidate_id, reason
+
+
 def race(
     challengers: list[str],
     incumbent: dict[str, float],
     tasks: list[str],
-    score: Callable[[list[str], list[str]], dict[str, dict[str, float]]],
+    score: Callable[[list[str], list[str], int], dict[str, dict[str, float]]],
     rollouts_per_task: int,
     settings: RaceSettings,
     seed: int = 0,
+    incumbent_id: str = "incumbent",
 ) -> RaceResult:
     """Race `challengers` on `tasks` (in this order) against the incumbent's per-task scores.
-    `score(candidate_ids, task_ids)` runs the candidates on the tasks and returns their per-task scores."""
+
+    `score(candidate_ids, task_ids, round)` runs the candidates on the tasks and returns their per-task
+    means: round 0 is the race itself, round r >= 1 an extension's fresh samples (the ids then include
+    `incumbent_id`)."""
     rng = np.random.default_rng(seed)
     entries = [RaceEntry(cid) for cid in challengers]
     sizes = look_sizes(len(tasks), settings)
     levels = look_levels(sizes, len(challengers), settings.alpha, settings.early_share)
+    levels, extension_levels = split_last_level(levels, len(tasks), settings)
     seen, rollouts, looks = 0, 0, 0
     for size, level in zip(sizes, levels, strict=True):
         live = [e for e in entries if e.status == "live"]
         if not live:
             break
         batch = tasks[seen:size]
-        scores = score([e.candidate_id for e in live], batch)
+        scores = score([e.candidate_id for e in live], batch, 0)
         rollouts += len(live) * len(batch) * rollouts_per_task
         seen, looks = size, looks + 1
-        passed = []
         for e in live:
             e.per_task.update(scores[e.candidate_id])
-            ids = list(e.per_task)
-            diffs = np.array([e.per_task[t] - incumbent[t] for t in ids])
-            e.mean_diff = float(diffs.mean())
-            e.p_better = sign_flip_p(diffs, rng, settings.flips)
+        passed = test_look(live, incumbent, level, rng, settings)
+        for e in live:
+            if e in passed:
+                continue
+            diffs = np.array([e.per_task[t] - incumbent[t] for t in e.per_task])
             p_worse = sign_flip_p(-diffs, rng, settings.flips)
-            if e.p_better <= level:
-                passed.append(e)
-            elif p_worse <= settings.drop_p:
-                e.status, e.reason = "dropped", f"worse (p {p_worse:.3f}) after {len(ids)} tasks"
-            elif best_possible_p(diffs, len(tasks) - seen) > levels[-1]:
+            if p_worse <= settings.drop_p:
+                e.status, e.reason = "dropped", f"worse (p {p_worse:.3f}) after {len(diffs)} tasks"
+            elif not extension_levels and best_possible_p(diffs, len(tasks) - seen) > levels[-1]:
                 e.status, e.reason = "dropped", f"cannot pass any more ({len(tasks) - seen} tasks left)"
         if passed:
-            winner = max(passed, key=lambda e: e.mean_diff)
-            for e in passed:
-                e.status = "accepted" if e is winner else "passed"
-                e.reason = f"p {e.p_better:.4f} <= {level:.4f} after {len(e.per_task)} tasks"
-            reason = (
-                f"{winner.candidate_id} accepted: mean diff {winner.mean_diff:+.4f}, sign-flip p "
-                f"{winner.p_better:.4f} <= {level:.4f} (alpha {settings.alpha:g} over {len(challengers)} "
-                f"challengers and the looks) after {seen} tasks, {rollouts} rollouts"
-            )
-            return RaceResult(entries, winner.candidate_id, looks, seen, rollouts, reason)
+            winner, reason = decided(entries, passed, level, settings, f", {rollouts} rollouts")
+            return RaceResult(entries, winner, looks, seen, rollouts, reason)
+    # the tasks ran out: more samples per task for the promising ones, the incumbent alongside
+    rounds = {e.candidate_id: [dict(e.per_task)] for e in entries}
+    reference = [dict(incumbent)]
+    for r, level in enumerate(extension_levels, start=1):
+        promising = [
+            e for e in entries if e.status == "live" and e.mean_diff > 0 and e.p_better <= settings.extend_p
+        ]
+        if not promising or seen < len(tasks):
+            break
+        ids = [e.candidate_id for e in promising]
+        scores = score([*ids, incumbent_id], tasks, r)
+        rollouts += (len(ids) + 1) * len(tasks) * rollouts_per_task
+        reference.append(scores[incumbent_id])
+        pooled_incumbent = {t: float(np.mean([m[t] for m in reference])) for t in tasks}
+        for e in promising:
+            rounds[e.candidate_id].append(scores[e.candidate_id])
+            e.per_task = {t: float(np.mean([m[t] for m in rounds[e.candidate_id]])) for t in tasks}
+        passed = test_look(promising, pooled_incumbent, level, rng, settings)
+        if passed:
+            note = f" x {r + 1} samples each, {rollouts} rollouts"
+            winner, reason = decided(entries, passed, level, settings, note)
+            return RaceResult(entries, winner, looks, seen, rollouts, reason, r)
+    extended = len(reference) - 1
     for e in entries:
         if e.status == "live":
-            e.status, e.reason = "exhausted", f"p {e.p_better:.4f} > {levels[-1]:.4f} on all {seen} tasks"
-    reason = f"no challenger passed (last level {levels[-1]:.4f}) after {seen} tasks, {rollouts} rollouts"
-    return RaceResult(entries, None, looks, seen, rollouts, reason)
+            e.status, e.reason = "exhausted", f"p {e.p_better:.4f} not below the level on all {seen} tasks"
+    note = f", extended {extended}x" if extended else ""
+    reason = f"no challenger passed after {seen} tasks{note}, {rollouts} rollouts"
+    return RaceResult(entries, None, looks, seen, rollouts, reason, extended)
