@@ -116,7 +116,8 @@ def test_complete_tiny_run_writes_the_run_directory(tmp_path):
     listing = whale("archive", "show", str(out))
     assert listing.returncode == 0 and all(f"│ {cid} " in listing.stdout for cid in candidates)
     detail = whale("archive", "show", str(out), candidates[1], "--failing", "1")
-    assert detail.returncode == 0 and "hypothesis: mutate" in detail.stdout
+    hypothesis = read_json(out / "search/candidates" / candidates[1] / "meta.json")["hypothesis"]
+    assert detail.returncode == 0 and f"hypothesis: {hypothesis}" in detail.stdout
     assert "def run(task" in detail.stdout
     diff = whale("archive", "diff", str(out), "c0000", candidates[1])
     assert diff.returncode == 0 and "--- c0000/harness.py" in diff.stdout

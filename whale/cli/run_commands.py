@@ -107,11 +107,13 @@ def eval_(
     if problems:
         raise user_error(f"{harness}: {problems[0]}")
     start = time.monotonic()
-    tasks, rollouts = run_harness(cfg, harness.stem, source, split, k, f"{harness.name} on {domain}/{split}")
+    tasks, rollouts = run_harness(
+        cfg, harness.stem, source, split, k, f"{harness.name} on {cfg.domain.name}/{split}"
+    )
     score = score_rollouts(rollouts, tasks)
     errors = sum(r.error is not None for r in rollouts)
     console.print(
-        f"{harness.name} on {domain}/{split} ({len(tasks)} tasks, k={k}, model {cfg.model.name}): "
+        f"{harness.name} on {cfg.domain.name}/{split} ({len(tasks)} tasks, k={k}, model {cfg.model.name}): "
         f"mean@{k} {score.mean:.3f} [{score.ci_low:.3f}, {score.ci_high:.3f}], "
         f"pass@{k} {score.pass_at_k:.3f}, maj@{k} {score.maj_at_k:.3f}"
     )

@@ -48,7 +48,7 @@ class UnitReport:
 
     kind: str
     value: float  # weights: mean train reward of the step; harness: incumbent (best) search-set score
-    improved: bool = False  # harness: a challenger beat the incumbent significantly (paired LCB > 0)
+    improved: bool = False  # harness: a challenger beat the incumbent by the acceptance rule
     rollouts: int = 0  # budget spent so far, all phases
     limit: int = 0  # the budget
 
@@ -152,7 +152,7 @@ class AdaptiveAlternation:
     """whale-adaptive: switch when the running phase's signal has stopped improving.
 
     Weights: the windowed mean train reward must beat the best so far by more than its standard error.
-    Harness: an iteration improves only when the search accepted a challenger (paired LCB above zero),
+    Harness: an iteration improves only when the search accepted a challenger by the acceptance rule,
     so the best search-set score has improved significantly.
     """
 

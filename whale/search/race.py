@@ -10,11 +10,11 @@ weights are known for every search task:
 
 The first look at which any challenger passes ends the race; the best of those that pass (by mean
 difference) is accepted. When the split runs out undecided, the promising challengers (ahead, with a
-"better" p-value of at most `extend_p`) are extended: they and the incumbent get `rollouts_per_task` more
-rollouts on every task (fresh samples, the same number for both), and the test is repeated on the
-per-task means of all samples, at its own share of alpha. A race that still finds no winner accepts
-nothing. (With 16 search tasks, a challenger that differs from the incumbent on only 5 of them cannot
-reach p < 2^-5 however large its gain; more samples per task make more of the differences visible.)
+"better" p-value of at most `extend_p`) are extended: they and the incumbent get `extension_size` x
+`rollouts_per_task` more rollouts on every task (fresh samples, the same number for both), and the test
+is repeated on the per-task means of all samples, at its own share of alpha. A race that still finds no
+winner accepts nothing. (With 16 search tasks, a challenger that differs from the incumbent on only 5 of
+them cannot reach p < 2^-5 however large its gain; more samples per task make more differences visible.)
 
 Why the false-acceptance rate is at most `alpha`: under "no difference" (the challenger's success
 probability on every task equals the incumbent's, with or without common random numbers, for rewards in
@@ -45,7 +45,8 @@ class RaceSettings:
     drop_p: float = 0.5  # drop a challenger whose "worse" test reaches this p-value (it is behind)
     flips: int = FLIPS  # random sign patterns per test
     early_share: float = 0.1  # of alpha, spent on the looks before the last (accepting early saves rollouts)
-    extensions: int = 2  # rounds of more samples per task for promising challengers once the tasks run out
+    extensions: int = 1  # tests on more samples per task for promising challengers once the tasks run out
+    extension_size: int = 2  # each extension adds this many times rollouts_per_task samples per task
     extend_p: float = 0.2  # a live challenger ahead with a "better" p-value at most this is extended
     extension_share: float = 0.6  # of the last look's level, spent on the extensions (split evenly)
 
@@ -68,7 +69,7 @@ class RaceResult:
     tasks_seen: int  # search tasks the race reached
     rollouts: int  # rollouts it cost: the challengers', and the incumbent's in extensions
     reason: str
-    extended: int = 0  # extension rounds run
+    extended: int = 0  # extensions run
 
 
 def look_sizes(n_tasks: int, settings: RaceSettings) -> list[int]:
@@ -210,19 +211,21 @@ def race(
         if not promising or seen < len(tasks):
             break
         ids = [e.candidate_id for e in promising]
-        scores = score([*ids, incumbent_id], tasks, r)
-        rollouts += (len(ids) + 1) * len(tasks) * rollouts_per_task
-        reference.append(scores[incumbent_id])
+        for _ in range(settings.extension_size):
+            scores = score([*ids, incumbent_id], tasks, len(reference))
+            rollouts += (len(ids) + 1) * len(tasks) * rollouts_per_task
+            reference.append(scores[incumbent_id])
+            for e in promising:
+                rounds[e.candidate_id].append(scores[e.candidate_id])
         pooled_incumbent = {t: float(np.mean([m[t] for m in reference])) for t in tasks}
         for e in promising:
-            rounds[e.candidate_id].append(scores[e.candidate_id])
             e.per_task = {t: float(np.mean([m[t] for m in rounds[e.candidate_id]])) for t in tasks}
         passed = test_look(promising, pooled_incumbent, level, rng, settings)
         if passed:
-            note = f" x {r + 1} samples each, {rollouts} rollouts"
+            note = f" x {len(reference)} samples each, {rollouts} rollouts"
             winner, reason = decided(entries, passed, level, settings, note)
             return RaceResult(entries, winner, looks, seen, rollouts, reason, r)
-    extended = len(reference) - 1
+    extended = (len(reference) - 1) // max(1, settings.extension_size)
     for e in entries:
         if e.status == "live":
             e.status, e.reason = "exhausted", f"p {e.p_better:.4f} not below the level on all {seen} tasks"
