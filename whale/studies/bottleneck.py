@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from whale.run.schedule import HARNESS, WEIGHTS
+from whale.core.config import ScheduleConfig
+from whale.run.schedule import HARNESS, WEIGHTS, build_schedule
 
 SEARCH_EVENTS = ("search_iteration", "reeval")
 
@@ -33,13 +34,10 @@ def start_kind(config: dict[str, Any], events: list[dict[str, Any]]) -> str:
             return e["from"]
         if unit_kind(e):
             return unit_kind(e)
-    schedule = config.get("schedule", {})
-    method = schedule.get("method", "whale")
-    if method in ("harness-only", "stagewise-harness-first"):
-        return HARNESS
-    if method in ("weight-only", "stagewise"):
+    try:  # the schedule itself says where it starts; no method is named here
+        return build_schedule(ScheduleConfig(**config.get("schedule", {}))).initial().kind
+    except (ValueError, TypeError):  # a config from an older whale
         return WEIGHTS
-    return schedule.get("start", WEIGHTS)
 
 
 def phase_intervals(kind: str, events: list[dict[str, Any]], end: float) -> list[tuple[str, float, float]]:
