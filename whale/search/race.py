@@ -222,7 +222,7 @@ def race(
             e.per_task = {t: float(np.mean([m[t] for m in rounds[e.candidate_id]])) for t in tasks}
         passed = test_look(promising, pooled_incumbent, level, rng, settings)
         if passed:
-            note = f" x {len(reference)} samples each, {rollouts} rollouts"
+            note = f" x {len(reference) * rollouts_per_task} samples each, {rollouts} rollouts"
             winner, reason = decided(entries, passed, level, settings, note)
             return RaceResult(entries, winner, looks, seen, rollouts, reason, r)
     extended = (len(reference) - 1) // max(1, settings.extension_size)
