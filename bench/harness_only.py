@@ -20,7 +20,7 @@ from whale.studies.compare import per_task_rewards
 
 
 def lineage(search: Path, final: str) -> list[str]:
-    """Hypotheses from the seed to `final` (each accepted step's mechanism and why)."""
+    """What each ancestor of `final` added, from the seed on (not every ancestor was accepted)."""
     steps, cid = [], final
     while cid and cid != "c0000":
         meta = read_json(search / "candidates" / cid / "meta.json")
@@ -51,7 +51,7 @@ def describe(folder: Path) -> tuple[dict[str, float], str]:
 
 
 def main(folders: list[Path]) -> None:
-    columns = "run, test start, test end, val start -> end, accepted, rollouts per decision, accepted lineage"
+    columns = "run, test start, test end, val start -> end, accepted, rollouts per decision, ancestry"
     print("| " + " | ".join(columns.split(", ")) + " |")
     print("|---" * len(columns.split(", ")) + "|")
     diffs = []
