@@ -161,7 +161,7 @@ def run_in_background(out: Path, *overrides: str) -> Iterator[subprocess.Popen]:
                 state = {}
             if state.get("unit", 0) >= 2 and uncommitted_lines(out, state):
                 break
-            time.sleep(0.05)
+            time.sleep(0.002)  # harness-only units on the tiny model last milliseconds
         yield proc
     finally:
         if proc.poll() is None:
