@@ -76,7 +76,7 @@ def keys_and_context(domain: str):
 def test_each_mechanism_yields_a_valid_harness_on_every_domain(domain):
     seed, ctx, keys = keys_and_context(domain)
     expected = {
-        "math": {"delegate:calculator", "delegate:python"},
+        "math": {"delegate:calculator", "delegate:python", "operands:calculator"},
         "chess": {
             "delegate:board",
             "delegate:side_to_move",
@@ -88,6 +88,7 @@ def test_each_mechanism_yields_a_valid_harness_on_every_domain(domain):
         "choice": {"delegate:options", "delegate:spell", "snap:options"},
     }[domain]
     assert expected <= set(keys) and {"votes", "retry", "snap", "demos", "plan"} <= set(keys)
+    assert {k for k in keys if k.startswith("operands")} <= expected  # only a tool that computes
     for key in keys:
         source = apply(key, seed, ctx)
         if key == "snap" and domain != "choice":
@@ -214,3 +215,52 @@ def test_a_mechanism_already_tried_on_the_incumbent_is_not_proposed_again(tmp_pa
         archive.add(c)
     third = ProgramProposer({}, 2, domain.tasks[0].inputs).propose(request)
     assert third.candidates == []  # every mechanism tried and no knobs to mutate: nothing new to offer
+
+
+class CalcDomain:
+    """Word problems known to no part of whale, with a tool that computes; the answer is a number."""
+
+    name = "calc"
+    brief = "Say the number the text asks for. tools.compute(formula) evaluates arithmetic."
+
+    class Box:
+        names = ("compute", "echo")
+
+        def call(self, name, args, kwargs):
+            if name == "compute" and len(args) == 1:
+                return str(eval(args[0], {"__builtins__": {}}))  # test-only: the harness builds the formula
+            if name == "echo" and len(args) == 1:
+                return str(args[0])
+            raise ToolError(f"bad call {name}{tuple(args)}")
+
+    def __init__(self):
+        texts = {"Count 3 and then 4 more.": 7, "Take 4 from 9, minus.": 5, "Start at 2, then 3, then 5.": 10}
+        texts["Just 6."] = 6
+        self.tasks = [Task(f"s-{i}", {"text": t}, {"answer": a}) for i, (t, a) in enumerate(texts.items())]
+
+    def toolbox(self, task):
+        return self.Box()
+
+    def verify(self, task, answer, toolbox):
+        return float(str(answer) == str(task.gold["answer"]))
+
+
+def test_operands_hands_the_arithmetic_to_a_tool_that_computes(fake_engine):
+    domain = CalcDomain()
+    specs = tool_specs(domain.Box(), domain.brief)
+    assert [(t.name, t.evaluates) for t in specs] == [("compute", True), ("echo", False)]
+    ctx = Context(domain.tasks[0].inputs, 1.0, [], specs)
+    assert variants("operands", ctx) == ["operands:compute"]
+    seed = 'def run(task, llm, tools):\n    return llm.chat([{"role": "user", "content": task["text"]}])\n'
+    runner = RolloutRunner(fake_engine, domain, SamplingParams(max_tokens=4), RunnerLimits(workers=4))
+    try:
+        out = run_all(runner, domain, apply("operands:compute", seed, ctx))
+    finally:
+        runner.close()
+    # the echoing model names "add" (or "minus", said first in the text); the tool computes
+    assert [r.answer for r in out[:3]] == ["7", "5", "10"] and all(r.reward == 1 for r in out[:3])
+    formulas = [[c.args for c in r.tool_calls] for r in out[:3]]
+    assert formulas == [[["(3 + 4)"]], [["(9 - 4)"]], [["((2 + 3) + 5)"]]]
+    assert [len(r.calls) for r in out] == [5, 5, 10, 1]  # 5 samples per operation; one number: the seed
+    assert out[3].answer.startswith("echo: Just 6.") and out[3].tool_calls == []
+    assert apply("operands:compute", seed, Context({"text": "no numbers"}, 1.0, [], specs)) is None

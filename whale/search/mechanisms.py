@@ -1,9 +1,10 @@
 """Whole mechanisms as code transformations of a harness file.
 
-Each mechanism wraps what is already there instead of editing it: the file's `run` is renamed
-`run_v<k>` and a new `run` calls it. So a mechanism needs to know nothing about the seed's code, works on
-any domain, and mechanisms stack (votes over a retried, demonstration-primed harness). What a mechanism
-may read is the shape of the task inputs and what the archive holds; never a domain's name.
+Each mechanism wraps what is already there instead of editing it (whale/search/wrap.py): the file's
+`run` is renamed `run_v<k>` and a new `run` calls it. So a mechanism needs to know nothing about the
+seed's code, works on any domain, and mechanisms stack (votes over a retried, demonstration-primed
+harness). What a mechanism may read is the shape of the task inputs and what the archive holds; never a
+domain's name.
 
     votes          self-consistency: run the harness n times, return the most common normalised answer
     retry          when it raised or returned nothing (a parse failure, a tool refusal), run it again with
@@ -18,48 +19,19 @@ may read is the shape of the task inputs and what the archive holds; never a dom
     delegate:<tool>  tool delegation: before the first model call, ask the model for the tool's argument
                    (or call a tool without arguments directly), make the call in the harness and put the
                    result into the conversation (program-of-thought when the tool is a calculator)
+    operands:<tool>  when the tool computes and a text input holds numbers, the model names only the
+                   operations and the tool evaluates the expression built from the numbers
+                   (whale/search/operands.py)
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any
 
 from whale.search.diagnosis import options_key
-from whale.search.toolspec import ToolSpec
-
-MAX_MODEL_CALLS = 16  # the runner's default cap on model calls per rollout (harness.calls.RunnerLimits)
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a mechanism may read: the inputs of one search task, the incumbent's model calls per rollout,
-    and demonstrations (user text, passing reply, search task id) from the archive."""
-
-    inputs: dict[str, Any]
-    calls_per_rollout: float = 1.0
-    demos: list[dict[str, str]] = field(default_factory=list)
-    tools: list[ToolSpec] = field(default_factory=list)
-
-
-def wrapped_name(source: str) -> str:
-    taken = {int(m) for m in re.findall(r"\bdef run_v(\d+)\(", source)}
-    return f"run_v{max(taken, default=0) + 1}"
-
-
-def rename_run(source: str, name: str) -> str:
-    """The source with its top-level `def run(` renamed (the wrapper added after it calls the old one)."""
-    tree = ast.parse(source)
-    runs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
-    if len(runs) != 1:
-        raise ValueError("the harness has no single top-level run()")
-    lines = source.splitlines(keepends=True)
-    line = runs[0].lineno - 1
-    lines[line] = lines[line].replace("def run(", f"def {name}(", 1)
-    return "".join(lines).rstrip("\n") + "\n"
+from whale.search.operands import operands
+from whale.search.wrap import MAX_MODEL_CALLS, Context, rename_run, wrapped_name
 
 
 def votes(source: str, ctx: Context) -> str | None:
@@ -359,19 +331,23 @@ def delegate(source: str, ctx: Context, tool: str) -> str | None:
 
 MECHANISMS = {
     "votes": votes, "retry": retry, "snap": snap, "demos": demos, "plan": plan, "delegate": delegate,
+    "operands": operands,
 }  # fmt: skip
-PER_TOOL = {"delegate": delegate, "snap": snap_tool}  # mechanisms with one variant per tool
+PER_TOOL = {"delegate": delegate, "snap": snap_tool, "operands": operands}  # one variant per tool
 MARKERS = {
     "votes": "N_VOTES_", "retry": "RETRIES_", "snap": "OPTIONS_KEY_", "demos": "DEMOS_",
     "plan": "PLAN_PROMPT_",
 }  # fmt: skip
-TOOL_MARKERS = {"delegate": "DELEGATE_TOOL_", "snap": "OPTIONS_TOOL_"}
+TOOL_MARKERS = {"delegate": "DELEGATE_TOOL_", "snap": "OPTIONS_TOOL_", "operands": "OPERANDS_TOOL_"}
 
 
 def variants(name: str, ctx: Context) -> list[str]:
     """The keys a mechanism can be applied as: "snap" and "snap:<tool>" for each tool listing options,
-    "delegate:<tool>" for each tool taking at most one argument."""
-    keys = [] if name == "delegate" else [name]
+    "delegate:<tool>" for each tool taking at most one argument, "operands:<tool>" for each tool that
+    computes."""
+    keys = [] if name in ("delegate", "operands") else [name]
+    if name == "operands":
+        keys += [f"operands:{t.name}" for t in ctx.tools if t.evaluates]
     if name == "delegate":
         keys += [f"delegate:{t.name}" for t in ctx.tools if t.params is not None and len(t.params) <= 1]
     if name == "snap":

@@ -2,9 +2,10 @@
 
 It reads the incumbent's failure diagnosis under the current weights (whale/search/diagnosis.py) and
 tries first the mechanisms (whale/search/mechanisms.py) that address the most frequent failures: a retry
-for crashes and empty answers, snapping for answers outside the listed options, demonstrations and
-self-consistency for wrong values. A mechanism the incumbent already has is not stacked again. Slots left
-over go to the knob mutator (prompt rewording and constants), so an iteration always has candidates.
+for crashes and empty answers, snapping for answers outside the listed options, handing the arithmetic
+to a tool, demonstrations and self-consistency for wrong values. A mechanism the incumbent already has
+is not stacked again. Slots left over go to the knob mutator (prompt rewording and constants), so an
+iteration always has candidates.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ REMEDIES = {
     "empty reply": ("retry", "votes"),
     "no answer": ("retry", "snap", "votes"),
     "outside candidates": ("snap", "delegate"),
-    "wrong value": ("demos", "votes", "delegate", "plan"),
+    "wrong value": ("operands", "demos", "votes", "delegate", "plan"),
     "timeout": (),
 }
 MAX_DEMOS = 3
@@ -63,11 +64,12 @@ def tried_on(archive: Archive, parent: str) -> set[str]:
 
 
 def ranked_mechanisms(failures: dict[str, int], rng: random.Random) -> list[str]:
-    """Mechanisms by the failures they address (most first); the rest after them, in random order."""
-    weight = {name: 0 for name in MECHANISMS}
+    """Mechanisms by the failures they address, the i-th remedy of a kind counting 1/(i+1) of its
+    failures (most first); the rest after them, in random order."""
+    weight = {name: 0.0 for name in MECHANISMS}
     for kind, count in failures.items():
-        for name in REMEDIES.get(kind, ()):
-            weight[name] += count
+        for place, name in enumerate(REMEDIES.get(kind, ())):
+            weight[name] += count / (place + 1)
     names = list(MECHANISMS)
     rng.shuffle(names)
     return sorted(names, key=lambda name: -weight[name])

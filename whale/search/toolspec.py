@@ -1,10 +1,12 @@
-"""What a proposer may know of a domain's tools without reading its code: names, parameters, and whether a
-tool without parameters returns a list of options (legal moves, allowed labels) a reply can be snapped to."""
+"""What a proposer may know of a domain's tools without reading its code: names, parameters, whether a
+tool without parameters returns a list of options (legal moves, allowed labels) a reply can be snapped to,
+and whether a one-parameter tool evaluates arithmetic."""
 
 from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,7 @@ class ToolSpec:
     name: str
     params: tuple[str, ...] | None  # None: the toolbox does not say
     lists_options: bool = False  # takes no arguments and returns strings (or a dict of string lists)
+    evaluates: bool = False  # takes one argument and returns 5 for "2 + 3"
 
 
 def option_lists(value: Any) -> list[list[str]]:
@@ -40,20 +43,27 @@ def brief_params(brief: str) -> dict[str, tuple[str, ...]]:
 def tool_specs(toolbox: Toolbox, brief: str = "") -> list[ToolSpec]:
     """Each tool's required parameters, from the toolbox method of the same name or else from the brief. A
     tool without parameters is called once on this fresh toolbox (a new one serves every rollout) to see
-    whether it lists options."""
+    whether it lists options; a tool with one is called once with "2 + 3" to see whether it computes."""
     written = brief_params(brief)
     specs = []
     for name in toolbox.names:
         params = method_params(getattr(toolbox, name, None))
         params = written.get(name) if params is None else params
-        lists = False
-        if params == ():
-            try:
-                lists = bool(option_lists(toolbox.call(name, [], {})))
-            except Exception:
-                lists = False
-        specs.append(ToolSpec(name, params, lists))
+        lists = params == () and probe(toolbox, name, [], lambda found: bool(option_lists(found)))
+        computes = params is not None and len(params) == 1 and probe(toolbox, name, ["2 + 3"], is_five)
+        specs.append(ToolSpec(name, params, lists, computes))
     return specs
+
+
+def is_five(found: Any) -> bool:
+    return str(found).strip() in ("5", "5.0")
+
+
+def probe(toolbox: Toolbox, name: str, args: list[Any], test: Callable[[Any], bool]) -> bool:
+    try:
+        return test(toolbox.call(name, args, {}))
+    except Exception:
+        return False
 
 
 def method_params(method: Any) -> tuple[str, ...] | None:
