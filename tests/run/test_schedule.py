@@ -144,3 +144,31 @@ def test_weight_phase_length_in_epochs_of_the_train_split():
     assert weight_phase_steps(cfg.schedule, 8960, 128) == 42  # exactly 42.0: no step added by rounding
     assert weight_phase_steps(cfg.schedule, 10, 64) == 1  # never a zero-length phase
     assert weight_phase_steps(load_config("tiny").schedule, 8960, 128) == 2  # unset: weight_steps
+
+
+def test_a_harness_phase_that_accepts_nothing_ends_on_patience_before_its_maximum():
+    """The phase's starting incumbent is the baseline: the first iteration without acceptance is stale."""
+    rule = AdaptiveAlternation(Patience(2, 2, 6), Patience(2, 1, 3), window=3, start=HARNESS)
+    kinds, switches = drive(rule, [lambda k: UnitReport(k, 0.4, improved=False)] * 3)
+    assert kinds == [HARNESS, HARNESS, WEIGHTS]
+    assert switches[0].reason == "patience ran out" and switches[0].signals["stale"] == 2
+
+
+def test_the_second_weight_step_can_improve_on_the_first_by_more_than_binomial_noise():
+    rule = AdaptiveAlternation(Patience(2, 2, 6), Patience(2, 1, 3), window=3)
+    first = rule.advance(rule.initial(), UnitReport(WEIGHTS, 0.10, samples=64))
+    assert first.state.stale == 0 and first.state.best == 0.10  # the baseline
+    rose = rule.advance(first.state, UnitReport(WEIGHTS, 0.40, samples=64))
+    # window mean 0.25, binomial standard error sqrt(0.25 * 0.75 / 128) = 0.038 above 0.10: an improvement
+    assert rose.state.stale == 0 and rose.state.best == pytest.approx(0.25)
+    assert rose.signals["stderr"] == pytest.approx((0.25 * 0.75 / 128) ** 0.5, abs=1e-4)
+    flat = rule.advance(first.state, UnitReport(WEIGHTS, 0.12, samples=64))
+    assert flat.state.stale == 1 and flat.state.best == 0.10
+
+
+def test_the_config_refuses_phase_maximums_that_leave_patience_no_room():
+    with pytest.raises(ValueError, match="never ends a phase before its maximum"):
+        load_config("tiny", overrides=["schedule.adaptive.max_search_iters=2"])
+    with pytest.raises(ValueError, match="never ends a phase before its maximum"):
+        load_config("tiny", overrides=["schedule.adaptive.max_weight_steps=3"])
+    assert load_config("tiny", overrides=["schedule.adaptive.max_weight_steps=4"]).schedule.adaptive

@@ -150,6 +150,11 @@ class AdaptiveConfig(Section):
     def _ordered(self) -> AdaptiveConfig:
         if self.min_weight_steps > self.max_weight_steps or self.min_search_iters > self.max_search_iters:
             raise ValueError("min phase length above max")
+        if self.max_search_iters <= self.patience or self.max_weight_steps <= self.patience + 1:
+            raise ValueError(
+                f"patience {self.patience} never ends a phase before its maximum: max_search_iters must "
+                f"exceed it, max_weight_steps exceed it by 2 (the first step is the baseline)"
+            )
         return self
 
 

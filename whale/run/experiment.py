@@ -110,17 +110,17 @@ class Experiment:
                     break
                 continue
             served = self.runner.weights_version
+            samples, improved = 0, False
             if sched.kind == WEIGHTS:
-                value, improved = self._weight_unit(sched), False
+                value, samples = self._weight_unit(sched)
             elif self.rules.population:
                 value, improved = self._population_unit()
             else:
                 value, improved = self._search_unit()
             st.unit += 1
             b = self.budget
-            decision = self.schedule.advance(
-                sched, UnitReport(sched.kind, value, improved, b.rollouts, b.limit_rollouts)
-            )
+            report = UnitReport(sched.kind, value, improved, b.rollouts, b.limit_rollouts, samples)
+            decision = self.schedule.advance(sched, report)
             st.schedule = decision.state.to_json()
             if decision.switched:
                 length = sched.done_in_phase + 1
@@ -144,8 +144,9 @@ class Experiment:
         self.dir.release()
         return self.summary()
 
-    def _weight_unit(self, sched: ScheduleState) -> float:
-        """One weight step under the incumbent (fast-slow: a population member drawn per task)."""
+    def _weight_unit(self, sched: ScheduleState) -> tuple[float, int]:
+        """One weight step under the incumbent (fast-slow: a population member drawn per task): its mean
+        train reward and the rollouts behind it."""
         st, algorithm = self.state, self.cfg.weights.algorithm
         if sched.done_in_phase == 0 and needs_reference(
             self.cfg.weights
@@ -207,7 +208,7 @@ class Experiment:
             f"  weight step {st.weight_steps} ({algorithm}): train reward {result.train_reward:.3f}, "
             f"kept {result.kept}/{total}, {trained}"
         )
-        return result.train_reward
+        return result.train_reward, total
 
     def _search_unit(self) -> tuple[float, bool]:
         """One harness-search iteration; the incumbent's search score and whether it changed."""

@@ -51,6 +51,7 @@ class UnitReport:
     improved: bool = False  # harness: a challenger beat the incumbent by the acceptance rule
     rollouts: int = 0  # budget spent so far, all phases
     limit: int = 0  # the budget
+    samples: int = 0  # weights: the rollouts behind `value` (its binomial noise); 0 when not known
 
 
 @dataclass(frozen=True)
@@ -137,10 +138,14 @@ class Patience:
     max_len: int
 
 
-def window_stats(values: list[float], window: int) -> tuple[float, float]:
-    """Mean of the last `window` values and its standard error (0 with fewer than two values)."""
+def window_stats(values: list[float], window: int, samples: int = 0) -> tuple[float, float]:
+    """The mean of the last `window` values and its standard error: binomial when each value is the mean
+    reward of `samples` rollouts (an upper bound for rewards in [0, 1]), else from the values' spread."""
     tail = values[-window:]
     mean = sum(tail) / len(tail)
+    if samples > 0:
+        p = min(1.0, max(0.0, mean))
+        return mean, math.sqrt(p * (1 - p) / (samples * len(tail)))
     if len(tail) < 2:
         return mean, 0.0
     var = sum((v - mean) ** 2 for v in tail) / (len(tail) - 1)
@@ -151,9 +156,11 @@ def window_stats(values: list[float], window: int) -> tuple[float, float]:
 class AdaptiveAlternation:
     """whale-adaptive: switch when the running phase's signal has stopped improving.
 
-    Weights: the windowed mean train reward must beat the best so far by more than its standard error.
-    Harness: an iteration improves only when the search accepted a challenger by the acceptance rule,
-    so the best search-set score has improved significantly.
+    Weights: the windowed mean train reward must beat the best so far by more than its standard error;
+    the phase's first step is the baseline (neither an improvement nor stale).
+    Harness: an iteration improves only when the search accepted a challenger by the acceptance rule;
+    the incumbent the phase starts with is the baseline, so an iteration that accepts nothing is stale,
+    the first one included.
     """
 
     weights: Patience
@@ -167,15 +174,17 @@ class AdaptiveAlternation:
     def advance(self, state: ScheduleState, report: UnitReport) -> Decision:
         rule = self.weights if state.kind == WEIGHTS else self.harness
         values = [*state.values, report.value]
+        baseline = False
         if state.kind == WEIGHTS:
-            level, noise = window_stats(values, self.window)
-            improved = state.best is None or level > state.best + noise
+            level, noise = window_stats(values, self.window, report.samples)
+            baseline = state.best is None
+            improved = not baseline and level > state.best + noise
             signals = {"windowed_reward": round(level, 4), "stderr": round(noise, 4), "best": state.best}
         else:
-            level, improved = report.value, report.improved or state.best is None
+            level, improved = report.value, report.improved
             signals = {"search_score": round(level, 4), "accepted": report.improved, "best": state.best}
-        best = level if improved else state.best
-        stale = 0 if improved else state.stale + 1
+        best = level if improved or state.best is None else state.best
+        stale = 0 if improved or baseline else state.stale + 1
         nxt = _continue(state, report, best=best, stale=stale)
         signals.update(stale=stale, patience=rule.patience, done_in_phase=nxt.done_in_phase)
         if nxt.done_in_phase >= rule.max_len:
