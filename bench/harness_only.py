@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from whale.core.files import read_json
-from whale.core.stats import seed_task_difference
+from whale.core.hierarchical import seed_task_difference
 from whale.run.rundir import RunDir
 from whale.studies.compare import per_task_rewards
 

@@ -30,7 +30,9 @@ from whale.studies.plan import SIX, STUDIES, Study, StudySummary, load_summary
 from whale.studies.results import render, run_study, section_run_time, section_weight_steps
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-TASKS = ("t0", "t1", "t2", "t3", "t4")
+TASKS = tuple(
+    f"t{i}" for i in range(12)
+)  # enough for a test: fewer than 10 differing tasks go to the sign test
 
 
 def fake_run(method: str, curve: list[tuple[int, float]], events: list[dict[str, Any]] = ()) -> RunData:
@@ -66,9 +68,13 @@ def search(rollouts: int, accepted: bool) -> dict[str, Any]:
     return {"event": "search_iteration", "accepted": accepted, "spent": 64, "rollouts": rollouts}
 
 
-def test_gain_verdict_reads_the_confidence_interval():
-    d = lambda lo, hi: PairedDifference((lo + hi) / 2, lo, hi, 5)  # noqa: E731
+def test_gain_verdict_reads_the_interval_and_the_corrected_p_value():
+    d = lambda lo, hi, p=0.01: PairedDifference((lo + hi) / 2, lo, hi, 5, p=p)  # noqa: E731
     assert gain_verdict(d(0.05, 0.09), PAPER_MIN_GAIN) == "reproduced"
+    held = d(0.05, 0.09)
+    held.p_holm = 0.09  # significant alone, not after Holm's correction over its family
+    assert gain_verdict(held, PAPER_MIN_GAIN) == "inconclusive"
+    assert gain_verdict(d(0.05, 0.09, p=None), PAPER_MIN_GAIN) == "inconclusive"  # no test, no verdict
     assert gain_verdict(d(0.01, 0.09), PAPER_MIN_GAIN).startswith("reproduced in direction")
     assert gain_verdict(d(-0.03, -0.01)) == "not reproduced"
     assert (
@@ -119,7 +125,8 @@ def test_claims_a_and_d_follow_the_paired_differences():
     worse = study("math", curves(whale=0.2, others=0.3))
     assert claim_a([worse]).verdict == "not reproduced"
     assert claim_d([worse]).verdict == "not reproduced"
-    assert "whale - weight-only best mean@8 +30.0 pts" in claim_a([better]).measured[0]
+    assert "whale - weight-only validation-selected mean@8 +30.0 pts" in claim_a([better]).measured[0]
+    assert "p (Holm) 0.00" in claim_a([better]).measured[0]
 
 
 def test_a_domain_at_the_floor_is_inconclusive_and_does_not_decide_the_claim():

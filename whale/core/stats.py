@@ -170,10 +170,14 @@ def decide_acceptance(
 
 @dataclass
 class PairedDifference:
-    mean_diff: float  # mean over tasks of (a - b)
+    mean_diff: float  # mean over tasks of (a - b); over seeds of each seed's mean when seeds are resampled
     ci_low: float
     ci_high: float
     n_tasks: int
+    p: float | None = None  # two-sided, from `test`; None when only the interval was computed
+    test: str = ""
+    per_seed: list[float] | None = None  # each seed's mean difference (whale/core/hierarchical.py)
+    p_holm: float | None = None  # Holm-adjusted over the family of comparisons it was judged in
 
 
 def paired_difference(
@@ -185,22 +189,3 @@ def paired_difference(
     diffs = [x - y for x, y in zip(a, b, strict=True)]
     lo, hi = bootstrap_ci(diffs, n_boot=n_boot, alpha=alpha, seed=seed)
     return PairedDifference(float(np.mean(diffs)), lo, hi, len(diffs))
-
-
-def seed_task_difference(
-    per_seed: list[dict[str, float]], alpha: float = 0.05, n_boot: int = 4000, seed: int = 0
-) -> PairedDifference:
-    """Paired differences (task id -> a - b) from several seeds: the mean over seeds of each seed's mean,
-    with a two-level bootstrap CI that resamples seeds, then tasks within each drawn seed, so both the
-    seed-to-seed and the task-to-task variation are in the interval."""
-    if not per_seed or not all(per_seed):
-        raise ValueError("seed_task_difference needs at least one seed with at least one task")
-    rows = [np.array(list(d.values()), dtype=float) for d in per_seed]
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_boot)
-    for b in range(n_boot):
-        drawn = rng.integers(0, len(rows), size=len(rows))
-        means[b] = np.mean([rows[i][rng.integers(0, len(rows[i]), size=len(rows[i]))].mean() for i in drawn])
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    estimate = float(np.mean([r.mean() for r in rows]))
-    return PairedDifference(estimate, float(lo), float(hi), int(sum(len(r) for r in rows)))

@@ -12,8 +12,11 @@ A method is a schedule (`whale`, `weight-only`, ...) optionally followed by `+<a
 The start evaluation (base weights, seed harness) is computed by the first run of each seed and lent to
 the others, which would only repeat it (see whale.run.evaluation.start_eval_source).
 
-Scores are pooled over seeds per task (tasks are the resampling unit of every interval), so a method's
-row and its paired difference against the reference method (the first one listed) use the same tasks.
+Every interval resamples seeds, then tasks within each seed, and is widened to Student's t over the
+per-seed means (whale/core/hierarchical.py). A method's difference against the reference method (the
+first one listed) is paired by seed and task; the family of those differences is Holm-corrected, and a
+verdict is "inconclusive" unless the corrected p-value is below 0.05. compare.md adds each seed's
+difference beside the table.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from rich.table import Table
 
 from whale.core.config import ALGORITHMS, METHODS, Config, ConfigError, config_from_dict
 from whale.core.files import atomic_write_json, atomic_write_text
-from whale.core.stats import PairedDifference, bootstrap_ci, paired_difference, task_means
+from whale.core.hierarchical import holm, seed_interval, seed_task_difference, seed_task_mean
+from whale.core.stats import PairedDifference, task_means
 from whale.run.events import SUMMARY_FIELDS
 from whale.run.rundir import RunDir
 from whale.run.summary import best_val_point
@@ -46,13 +50,18 @@ class MethodRow:
     seeds: int
     best_test: Score  # each seed's best evaluation point (optimistic: picked on test)
     selected_test: Score  # each seed's point with the best validation score (the honest number)
-    vs_reference: PairedDifference | None  # selected test minus the reference method's, per task
+    vs_reference: PairedDifference | None  # selected test minus the reference method's, per seed and task
     rollouts_to_95: float | None  # budget rollouts until test first reached 95% of its own best
     rollouts: float  # budget rollouts spent (train + search), mean over seeds
     eval_rollouts: float
     generated_tokens: float
     model_calls: float
     wall_s: float
+    rollouts_to_95_ci: list[float] | None = None  # bootstrap over seeds
+    verdict: str = ""  # against the reference: "higher", "lower" or "inconclusive" (Holm-corrected)
+
+
+ALPHA = 0.05
 
 
 def split_method(method: str) -> tuple[str, str | None]:
@@ -175,10 +184,46 @@ def pooled(per_seed: list[dict[str, float]]) -> dict[str, float]:
     return {t: sum(p[t] for p in per_seed) / len(per_seed) for t in tasks}
 
 
-def _score(per_task: dict[str, float]) -> Score:
-    values = [per_task[t] for t in sorted(per_task)]
-    lo, hi = bootstrap_ci(values)
-    return Score(sum(values) / len(values), lo, hi)
+def per_seed_at(runs: list[RunData], pick: str) -> list[dict[str, float]]:
+    """Per-task test rewards of each run (in seed order) at its best-test, validation-selected, first or
+    last point."""
+    return [PICKS[pick](r.points)["tasks"]["test"] for r in sorted(runs, key=lambda r: r.seed)]
+
+
+def paired_seeds(
+    mine: list[RunData], theirs: list[RunData], pick: str = "selected", their_pick: str | None = None
+) -> PairedDifference:
+    """Mine minus theirs (at `pick`, theirs at `their_pick` if given), paired by seed and by task, with
+    the seed-then-task interval."""
+    if sorted(r.seed for r in mine) != sorted(r.seed for r in theirs):
+        raise ConfigError("the two methods were run on different seeds; a paired difference needs the same")
+    diffs = []
+    for a, b in zip(per_seed_at(mine, pick), per_seed_at(theirs, their_pick or pick), strict=True):
+        if sorted(a) != sorted(b):
+            raise ConfigError("the two methods were scored on different test tasks; were the splits changed?")
+        diffs.append({t: a[t] - b[t] for t in sorted(a)})
+    return seed_task_difference(diffs)
+
+
+def verdict(d: PairedDifference, alpha: float = ALPHA) -> str:
+    """Higher or lower only when the (Holm-corrected, if set) p-value is below alpha and the interval
+    excludes zero; otherwise inconclusive."""
+    p = d.p_holm if d.p_holm is not None else d.p
+    if p is None or p >= alpha or d.ci_low <= 0 <= d.ci_high:
+        return "inconclusive"
+    return "higher" if d.mean_diff > 0 else "lower"
+
+
+def with_holm(diffs: list[PairedDifference]) -> list[PairedDifference]:
+    """The same differences with Holm-adjusted p-values over this family."""
+    for d, adjusted in zip(diffs, holm([d.p if d.p is not None else 1.0 for d in diffs]), strict=True):
+        d.p_holm = adjusted
+    return diffs
+
+
+def _score(per_seed: list[dict[str, float]]) -> Score:
+    m = seed_task_mean([[p[t] for t in sorted(p)] for p in per_seed])
+    return Score(m.mean, m.ci_low, m.ci_high)
 
 
 def rollouts_to_fraction(points: list[dict[str, Any]], fraction: float = 0.95) -> int | None:
@@ -193,51 +238,49 @@ def best_test_point(points: list[dict[str, Any]]) -> dict[str, Any]:
     return max(points, key=lambda p: (p["test"]["mean"], -p["point"]))
 
 
-def method_row(method: str, runs: list[RunData]) -> tuple[MethodRow, dict[str, float]]:
-    """The row, and the pooled per-task validation-selected test rewards (for paired differences)."""
-    best = [best_test_point(r.points)["tasks"]["test"] for r in runs]
-    selected = [best_val_point(r.points)["tasks"]["test"] for r in runs]
+PICKS = {
+    "best": best_test_point,
+    "selected": best_val_point,
+    "first": lambda points: points[0],
+    "last": lambda points: points[-1],
+}
+
+
+def method_row(method: str, runs: list[RunData]) -> MethodRow:
+    """One method's row; its difference against the reference is set by build_rows."""
+    pooled(per_seed_at(runs, "selected"))  # every seed scored the same tasks
     to95 = [x for x in (rollouts_to_fraction(r.points) for r in runs) if x is not None]
+    cost = seed_interval([float(x) for x in to95]) if to95 else None
     budgets = [r.budget for r in runs]
 
     def mean_of(key: str) -> float:
         return sum(b[key] for b in budgets) / len(budgets)
 
-    chosen_tasks = pooled(selected)
-    row = MethodRow(
+    return MethodRow(
         method=method,
         seeds=len(runs),
-        best_test=_score(pooled(best)),
-        selected_test=_score(chosen_tasks),
+        best_test=_score(per_seed_at(runs, "best")),
+        selected_test=_score(per_seed_at(runs, "selected")),
         vs_reference=None,
-        rollouts_to_95=sum(to95) / len(to95) if to95 else None,
+        rollouts_to_95=cost.mean if cost else None,
         rollouts=sum(b["train_rollouts"] + b["search_rollouts"] for b in budgets) / len(budgets),
         eval_rollouts=mean_of("eval_rollouts"),
         generated_tokens=mean_of("generated_tokens"),
         model_calls=mean_of("model_calls"),
         wall_s=mean_of("wall_s"),
+        rollouts_to_95_ci=[cost.ci_low, cost.ci_high] if cost else None,
     )
-    return row, chosen_tasks
 
 
 def build_rows(runs: dict[str, list[RunData]]) -> list[MethodRow]:
-    """One row per method (in the given order); paired differences against the first method."""
-    rows, selected = [], {}
-    for method, method_runs in runs.items():
-        row, selected[method] = method_row(method, method_runs)
-        rows.append(row)
+    """One row per method (in the given order); paired differences against the first method, validation-
+    selected, Holm-corrected over the family."""
+    rows = [method_row(method, method_runs) for method, method_runs in runs.items()]
     reference = rows[0].method
-    for row in rows[1:]:
-        row.vs_reference = paired(selected[row.method], selected[reference])
+    diffs = with_holm([paired_seeds(runs[row.method], runs[reference]) for row in rows[1:]])
+    for row, d in zip(rows[1:], diffs, strict=True):
+        row.vs_reference, row.verdict = d, verdict(d)
     return rows
-
-
-def paired(mine: dict[str, float], theirs: dict[str, float]) -> PairedDifference:
-    """Mine minus theirs over the same tasks (pooled per-task rewards)."""
-    if sorted(mine) != sorted(theirs):
-        raise ConfigError("the two methods were scored on different test tasks; were the splits changed?")
-    tasks = sorted(mine)
-    return paired_difference([mine[t] for t in tasks], [theirs[t] for t in tasks])
 
 
 def load_comparison(out: Path, methods: list[str], seeds: int) -> dict[str, list[RunData]]:
@@ -249,13 +292,17 @@ def _ci(s: Score) -> str:
 
 
 def table_cells(row: MethodRow) -> list[str]:
-    d = row.vs_reference
+    d, cost = row.vs_reference, row.rollouts_to_95_ci
     return [
         row.method,
         _ci(row.best_test),
         _ci(row.selected_test),
         f"{d.mean_diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}]" if d else "reference",
-        f"{row.rollouts_to_95:.0f}" if row.rollouts_to_95 is not None else "-",
+        f"{d.p_holm:.3f}" if d and d.p_holm is not None else "-",
+        row.verdict or "-",
+        f"{row.rollouts_to_95:.0f}" + (f" [{cost[0]:.0f}, {cost[1]:.0f}]" if cost else "")
+        if row.rollouts_to_95 is not None
+        else "-",
         f"{row.rollouts:.0f}",
         f"{row.generated_tokens:.0f}",
         f"{row.model_calls:.0f}",
@@ -265,10 +312,24 @@ def table_cells(row: MethodRow) -> list[str]:
 
 def headers(k: int, reference: str) -> list[str]:
     return [
-        "method", f"best test mean@{k} [95% CI]", f"val-selected test mean@{k} [95% CI]",
-        f"selected vs {reference} [95% CI]", "rollouts to 95% of best", "rollouts", "tokens",
-        "model calls", "wall s",
+        "method", f"best test mean@{k} (optimistic) [95% CI]", f"val-selected test mean@{k} [95% CI]",
+        f"selected vs {reference} [95% CI]", "p (Holm)", "verdict", "rollouts to 95% of best [95% CI]",
+        "rollouts", "tokens", "model calls", "wall s",
     ]  # fmt: skip
+
+
+def per_seed_lines(rows: list[MethodRow]) -> list[str]:
+    """Each seed's validation-selected difference against the reference, as a Markdown table."""
+    compared = [r for r in rows if r.vs_reference is not None and r.vs_reference.per_seed]
+    if not compared:
+        return []
+    n = max(len(r.vs_reference.per_seed) for r in compared)
+    head = ["method", *[f"seed {i}" for i in range(n)], "test"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in compared:
+        cells = [f"{v:+.3f}" for v in r.vs_reference.per_seed] + [""] * (n - len(r.vs_reference.per_seed))
+        lines.append("| " + " | ".join([r.method, *cells, r.vs_reference.test]) + " |")
+    return lines
 
 
 def write_outputs(out: Path, rows: list[MethodRow], k: int, seeds: int) -> Table:
@@ -276,8 +337,11 @@ def write_outputs(out: Path, rows: list[MethodRow], k: int, seeds: int) -> Table
     atomic_write_json(out / "compare.json", {"k": k, "seeds": seeds, "rows": [asdict(r) for r in rows]})
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(table_cells(r)) + " |" for r in rows]
+    per_seed = per_seed_lines(rows)
+    if per_seed:
+        lines += ["", f"Validation-selected test mean@{k} minus {rows[0].method}'s, per seed:", "", *per_seed]
     atomic_write_text(out / "compare.md", "\n".join(lines) + "\n")
-    table = Table(title=f"compare: {seeds} seed(s), test mean@{k}")
+    table = Table(title=f"compare: {seeds} seed(s), test mean@{k}; intervals resample seeds, then tasks")
     for h in head:
         table.add_column(h)
     for r in rows:

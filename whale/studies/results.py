@@ -42,7 +42,8 @@ from whale.studies.compare import (
     build_rows,
     headers,
     load_comparison,
-    paired,
+    paired_seeds,
+    per_seed_lines,
     plot_curves,
     run_all,
     table_cells,
@@ -122,13 +123,24 @@ def section_comparison(s: StudySummary, docs: Path) -> list[str]:
     reference = rows[0].method
     if len(rows) > 1:
         tests = [
-            [f"{reference} - {m}", pts(diff(s, reference, m)), pts(diff(s, reference, m, "selected"))]
-            for m in list(s.runs)[1:]
+            [f"{r.method} - {reference}", pts(r.vs_reference), r.verdict, r.vs_reference.test]
+            + [pts(diff(s, r.method, reference, "best"))]
+            for r in rows[1:]
         ]
         out += [
-            f"Paired differences (per task, pooled over seeds, 95% bootstrap CI), {reference} minus each:",
+            f"Paired differences, each method minus {reference}: paired by seed and task; 95% intervals "
+            "resample seeds, then tasks, widened to Student's t over the per-seed means; p-values "
+            "Holm-corrected over this table's family. The best-on-test column picks each run's point on "
+            "test and is optimistic.",
             "",
-            md_table(["pair", f"best test mean@{s.k}", f"validation-selected test mean@{s.k}"], tests),
+            md_table(
+                ["pair", f"validation-selected test mean@{s.k}", "verdict", "test", f"best test mean@{s.k}"],
+                tests,
+            ),
+            "",
+            f"Per seed, validation-selected test mean@{s.k}, each method minus {reference}:",
+            "",
+            *per_seed_lines(rows),
             "",
         ]
     return out
@@ -261,7 +273,7 @@ def section_phases(docs: Path) -> list[str]:
     rows = []
     for label, e, i, s in done:
         runs = s.runs["whale"]
-        d = paired(pooled_at(runs, "best"), pooled_at(reference.runs["whale"], "best"))
+        d = paired_seeds(runs, reference.runs["whale"], "best")
         best = pooled_at(runs, "best")
         switches = statistics.fmean(sum(e["event"] == "phase_switch" for e in r.events) for r in runs)
         steps = statistics.fmean(sum(e["event"] == "weight_step" for e in r.events) for r in runs)
@@ -341,8 +353,12 @@ def render(docs: Path, discussion: Path | None = None) -> Path:
         "edit by hand. Every number below is what the runs recorded. Model: SmolLM2-135M-Instruct (the "
         "embedded model), LoRA, on 2 CPU cores; proposer: the offline mutation proposer (no LLM writes "
         "harness code at this scale). Best test is picked on test (optimistic, as the paper's best mean@8); "
-        "the validation-selected test score is the honest one. Intervals are 95% paired bootstrap CIs over "
-        "tasks, with each task's score pooled over seeds.",
+        "the validation-selected test score is the honest one, and every verdict uses it. Intervals are "
+        "95%: they resample seeds, then tasks within each seed, and are widened to Student's t over the "
+        "per-seed means (a bootstrap over 3 seeds alone is too narrow); differences are paired by seed and "
+        "task, and p-values are Holm-corrected within each family (a claim, a method table). Where fewer "
+        "than 10 tasks differ, an exact sign test replaces the bootstrap's p-value. A verdict is "
+        "inconclusive whenever the interval covers zero.",
         "",
         "## The paper's claims against what whale measured",
         "",
