@@ -6,20 +6,27 @@ import io
 
 from rich.console import Console
 
+from whale.core import provenance
 from whale.core.config import load_config
-from whale.core.files import read_jsonl
+from whale.core.files import read_json, read_jsonl
+from whale.core.provenance import code_version
 from whale.harness.records import HarnessCandidate
 from whale.run.experiment import Experiment
 from whale.run.proposing import EMPTY_SEARCHES
 from whale.search.proposer import Proposal, ProposalRequest
 
 
-def test_a_harness_only_run_that_races_its_challengers_records_what_each_decision_cost(tmp_path):
+def test_a_harness_only_run_that_races_its_challengers_records_what_each_decision_cost(tmp_path, monkeypatch):
     cfg = load_config("tiny", None, [
         "schedule.method=harness-only", "search.acceptance=race", "schedule.budget_rollouts=40",
         "eval.k=1", "runner.workers=4",
     ])  # fmt: skip
     Experiment(cfg, tmp_path / "run", Console(file=io.StringIO())).run()
+    state = read_json(tmp_path / "run" / "state.json")
+    assert state["code_versions"] == [code_version()]  # the commit every number of this run came from
+    monkeypatch.setattr(provenance, "code_version", lambda: "abc1234")
+    resumed = Experiment(cfg, tmp_path / "run", Console(file=io.StringIO()), resume=True)
+    assert resumed.state.code_versions == [code_version(), "abc1234"]  # written at its next commit
     iterations = [
         e for e in read_jsonl(tmp_path / "run" / "events.jsonl") if e["event"] == "search_iteration"
     ]

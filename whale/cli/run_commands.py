@@ -170,6 +170,9 @@ def results(
     render_only: Annotated[
         bool, typer.Option("--render-only", help="Only re-render results.md from the summaries.")
     ] = False,
+    mixed_commits: Annotated[
+        bool, typer.Option("--mixed-commits", help="Accept a study whose runs ran at different commits.")
+    ] = False,
 ) -> None:
     """Run every study behind docs/results.md (each a `whale compare`), summarize it, render the document."""
     from whale.studies.plan import select_studies
@@ -181,7 +184,7 @@ def results(
             console.print(
                 f"[bold]study {s.name}[/bold]: {s.preset}, {', '.join(s.methods)} x {s.seeds} seeds"
             )
-            console.print(f"summary written to {run_study(s, runs, docs, console)}")
+            console.print(f"summary written to {run_study(s, runs, docs, console, mixed_commits)}")
     path = render(docs, docs / "results" / "discussion.md")
     console.print(f"rendered {path}")
 

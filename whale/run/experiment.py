@@ -20,6 +20,7 @@ from rich.console import Console
 
 from whale.core.config import Config, ConfigError
 from whale.core.progress import track
+from whale.core.provenance import with_version
 from whale.domains.registry import build_domain
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.model.distributed import build_trainer
@@ -387,6 +388,7 @@ class Experiment:
             schedule=self.schedule.initial().to_json(),
             budget=Budget(self.cfg.schedule.budget_rollouts).to_json(),
             next_eval_at=self.cfg.eval.every_rollouts,
+            code_versions=with_version(None),
         )
         compute = {"engine": self.engine_dtype, "trainer": self.trainer.config.dtype}
         self.console.print(f"compute: engine {compute['engine']}; trainer {compute['trainer']}")
@@ -406,6 +408,7 @@ class Experiment:
             self.trainer.load(self.dir.checkpoint(state.checkpoint))
         self.runner.sync_weights(state.weights_version, self.trainer)
         self.runner.engine_calls = state.engine_calls
+        state.code_versions = with_version(state.code_versions)
         self.dir.append(EVENTS, [events.Resume(state.unit).to_json()])
         return state
 

@@ -68,6 +68,7 @@ class RunState:
     log_lines: dict[str, int] | None = None
     candidates: list[str] | None = None
     finished: bool = False
+    code_versions: list[str] | None = None  # the commits it ran at, in order (a resume may add one)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ class RaceSettings:
     alpha: float = 0.05  # the family-wise false-acceptance rate of one race
     first_look: int = 4  # tasks in the first batch
     growth: float = 2.0  # each look sees this many times the tasks of the one before
-    drop_p: float = 0.5  # drop a challenger whose "worse" test reaches this p-value (it is behind)
+    drop_p: float = 0.2  # drop a challenger whose "worse" test reaches this p-value (it is behind)
     flips: int = FLIPS  # random sign patterns per test
     early_share: float = 0.1  # of alpha, spent on the looks before the last (accepting early saves rollouts)
     extensions: int = 1  # tests on more samples per task for promising challengers once the tasks run out

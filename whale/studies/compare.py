@@ -21,7 +21,7 @@ difference beside the table.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,7 @@ class RunData:
     points: list[dict[str, Any]]  # evals.jsonl records plus "tasks": {split: {task_id: mean reward}}
     budget: dict[str, Any]
     events: list[dict[str, Any]]  # weight steps, search iterations, re-evaluations, phase switches
+    commits: list[str] = field(default_factory=list)  # the code versions it ran at; [] before they were kept
 
 
 def per_task_rewards(folder: Path, point: int, split: str) -> dict[str, float]:
@@ -172,8 +173,8 @@ def load_run_data(folder: Path, method: str) -> RunData:
         for e in run.events()
         if e["event"] in SUMMARY_FIELDS
     ]
-    seed = int(run.read_config()["seed"])
-    return RunData(method, seed, points, run.read_state()["budget"], events)
+    seed, state = int(run.read_config()["seed"]), run.read_state()
+    return RunData(method, seed, points, state["budget"], events, list(state.get("code_versions") or []))
 
 
 def pooled(per_seed: list[dict[str, float]]) -> dict[str, float]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
-from whale.core.config import load_config
+from whale.core.config import ConfigError, load_config
 from whale.core.files import atomic_write_json, atomic_write_text
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import best_val_point
@@ -39,6 +39,7 @@ from whale.studies.claims import (
     unchanged_challengers,
 )
 from whale.studies.compare import (
+    RunData,
     build_rows,
     headers,
     load_comparison,
@@ -53,13 +54,30 @@ from whale.studies.plan import PHASE_ABLATION, STUDIES, Study, StudySummary, loa
 # ---- running and summarizing ---------------------------------------------------------------------------
 
 
-def run_study(study: Study, runs: Path, docs: Path, console: Console) -> Path:
-    """Run (or reuse) the study's comparison, then write its summary; returns the summary's path."""
+def commits_of(runs: list[RunData]) -> list[str]:
+    """The code versions a study's runs ran at, in first-seen order ("not recorded" for older runs)."""
+    seen = [c for r in runs for c in (r.commits or ["not recorded"])]
+    return list(dict.fromkeys(seen))
+
+
+def refuse_mixed_commits(name: str, runs: list[RunData], out: Path, allowed: bool) -> None:
+    commits = commits_of(runs)
+    if len(commits) > 1 and not allowed:
+        raise ConfigError(
+            f"study {name}: its runs ran at different commits ({', '.join(commits)}); re-run them at one "
+            f"commit (delete {out}) or pass --mixed-commits, and the document will list them"
+        )
+
+
+def run_study(study: Study, runs: Path, docs: Path, console: Console, mixed_commits: bool = False) -> Path:
+    """Run (or reuse) the study's comparison, then write its summary; returns the summary's path. A study
+    whose runs ran at different commits is refused unless `mixed_commits` (the document then says so)."""
     cfg = load_config(study.preset, None, list(study.overrides))
     out = runs / study.runs_folder
     lenders = [runs / s.runs_folder for s in STUDIES if s.preset == study.preset]
     run_all(cfg, list(study.methods), study.seeds, out, console, lenders)
     data = load_comparison(out, list(study.methods), study.seeds)
+    refuse_mixed_commits(study.name, [r for rs in data.values() for r in rs], out, mixed_commits)
     summary = {
         "study": study.name,
         "title": study.title,
@@ -113,7 +131,8 @@ def section_comparison(s: StudySummary, docs: Path) -> list[str]:
         f"Preset `{s.meta['preset']}`{with_overrides(s.meta['overrides'])}"
         f", domain `{s.meta['domain']}`, {s.meta['budget_rollouts']} budget rollouts per run (training + "
         f"search), seeds per method: {s.meta['seeds']}; the {sum(len(rs) for rs in s.runs.values())} runs "
-        f"took {duration(study_wall(s))} of wall time in all.",
+        f"took {duration(study_wall(s))} of wall time in all. Code: "
+        f"{', '.join(commits_of([r for rs in s.runs.values() for r in rs]))}.",
         "",
         md_table(headers(s.k, rows[0].method), [table_cells(r) for r in rows]),
         "",
