@@ -30,7 +30,8 @@ class RateColumn(ProgressColumn):
 
 @contextmanager
 def track(console: Console, description: str, total: int) -> Iterator[Callable[..., None]]:
-    """Yield a callback that advances a bar by one per call (pass it as a runner's on_done)."""
+    """Yield a callback that advances a bar by one per call (pass it as a runner's on_done). `total` is
+    the expected count; work that runs past it (a race's extension) raises the total with it."""
     columns = [
         TextColumn("{task.description}"),
         BarColumn(),
@@ -41,4 +42,11 @@ def track(console: Console, description: str, total: int) -> Iterator[Callable[.
     ]
     with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda *_: bar.advance(task)
+
+        def tick(*_: object) -> None:
+            bar.advance(task)
+            done = bar.tasks[0].completed
+            if done > (bar.tasks[0].total or 0):
+                bar.update(task, total=done)
+
+        yield tick

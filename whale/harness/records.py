@@ -28,6 +28,7 @@ class ToolCall:
     kwargs: dict[str, Any]
     result: Any = None
     error: str | None = None
+    after_calls: int | None = None  # model calls the rollout had made when this tool ran (None: not known)
 
 
 @dataclass

@@ -344,10 +344,15 @@ class RolloutRunner:
             # clock: a harness spinning on refused calls is computing, not making progress.
             message = f"rollout exceeded {cap} tool calls"
             if len(calls) == cap:
-                calls.append(ToolCall(str(msg.get("name"))[:100], [], {}, error=message))
+                calls.append(
+                    ToolCall(
+                        str(msg.get("name"))[:100], [], {}, error=message, after_calls=len(w.rollout.calls)
+                    )
+                )
             send_frame(w, {"op": "error", "message": message})
             return
         call = run_tool(w.toolbox, msg, self.limits)
+        call.after_calls = len(w.rollout.calls)
         calls.append(call)
         w.resumed = time.monotonic()
         if call.error is not None:

@@ -1,9 +1,27 @@
-"""Rollouts as training sequences: every train=True model call as (prompt + completion ids, mask on the
-completion), and the grouping (one task's rollouts under one harness) the algorithms compare within."""
+"""Rollouts as training sequences: every credited model call as (prompt + completion ids, mask on the
+completion), and the grouping (one task's rollouts under one harness) the algorithms compare within.
+
+A rollout's calls are not all what produced its answer, so RFT, DPO and GRPO train only on the credited
+ones, decided from the trace alone:
+
+  samples of one request   consecutive calls with the same conversation (the n samples of one
+                           `llm.chat(..., n=...)`, or a harness run several times to vote): only the
+                           samples that agree with the returned answer (its words appear in the
+                           reply), else those that give the majority reply (at least two); else none
+  failed attempts          a call whose conversation a later call continues with its reply and a new
+                           user turn, with no tool call between them that succeeded: a retry, which
+                           re-asks because the reply could not be used (an agent step that ran a tool
+                           on the reply is kept); with it, the other samples of its request
+  train=False              calls the harness opted out of training
+
+Everything else is credited. What this cannot see: a vote over harness runs of several calls each
+(their calls are not consecutive), whose losing runs stay in.
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from typing import Any
 
 from whale.harness.records import ModelCall, Rollout
@@ -11,7 +29,69 @@ from whale.model.trainer import TrainExample
 
 
 def trainable(rollout: Rollout) -> list[ModelCall]:
-    return [c for c in rollout.calls if c.train and c.completion_ids]
+    """The credited calls of a rollout (see the module docstring)."""
+    credit = [c.train and bool(c.completion_ids) for c in rollout.calls]
+    failed = set(failed_attempts(rollout))
+    for i in failed:
+        credit[i] = False
+    for group in sample_groups(rollout.calls):
+        winners = (
+            set() if failed & set(group) else agreeing([rollout.calls[i].text for i in group], rollout.answer)
+        )
+        for k, i in enumerate(group):
+            credit[i] = credit[i] and k in winners
+    return [c for c, keep in zip(rollout.calls, credit, strict=True) if keep]
+
+
+def words(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def same_turns(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    return [(m.get("role"), m.get("content")) for m in a] == [(m.get("role"), m.get("content")) for m in b]
+
+
+def sample_groups(calls: list[ModelCall]) -> list[list[int]]:
+    """Runs of at least two consecutive calls on the same conversation, as index lists."""
+    groups, run = [], [0] if calls else []
+    for i in range(1, len(calls)):
+        if same_turns(calls[i].messages, calls[run[0]].messages):
+            run.append(i)
+        else:
+            groups.append(run)
+            run = [i]
+    groups.append(run)
+    return [g for g in groups if len(g) > 1]
+
+
+def agreeing(texts: list[str], answer: str | None) -> set[int]:
+    """The samples whose reply contains the answer's words; else the majority reply's (two or more)."""
+    said = words(answer or "")
+    if said:
+        found = {k for k, t in enumerate(texts) if re.search(rf"(?<!\w){re.escape(said)}(?!\w)", words(t))}
+        if found:
+            return found
+    counts = Counter(words(t) for t in texts)
+    (top, n), *rest = counts.most_common(2) + [("", 0)]
+    if n < 2 or n == rest[0][1]:
+        return set()
+    return {k for k, t in enumerate(texts) if words(t) == top}
+
+
+def failed_attempts(rollout: Rollout) -> list[int]:
+    """Calls a later call re-asks: it continues their conversation after their reply, and no tool call
+    between the two succeeded (a tool call of unknown position counts as a success)."""
+    calls, failed = rollout.calls, []
+    for i, a in enumerate(calls):
+        turn = {"role": "assistant", "content": a.text}
+        for j in range(i + 1, len(calls)):
+            b = calls[j].messages
+            if len(b) > len(a.messages) + 1 and same_turns(b[: len(a.messages) + 1], [*a.messages, turn]):
+                between = [t for t in rollout.tool_calls if t.after_calls is None or i < t.after_calls <= j]
+                if all(t.error is not None and t.after_calls is not None for t in between):
+                    failed.append(i)
+                break
+    return failed
 
 
 def call_example(call: ModelCall, **fields: Any) -> TrainExample:

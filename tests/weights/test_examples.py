@@ -1,0 +1,79 @@
+"""Which calls of a rollout are trained on: the samples that gave the returned answer and the last
+attempt of a retry, on the math seed harness with N_VOTES=3 and RETRIES=1 run in the sandbox, and on
+traces built by hand for what the sandbox run does not show."""
+
+from __future__ import annotations
+
+from whale.core.config import DomainConfig
+from whale.domains.registry import build_domain
+from whale.harness.calls import RolloutJob, RunnerLimits
+from whale.harness.records import HarnessCandidate, ModelCall, Rollout, ToolCall
+from whale.harness.runner import RolloutRunner
+from whale.model.engine import Generation, GenerationRequest, SamplingParams
+from whale.weights.examples import trainable
+
+
+class ScriptedEngine:
+    """Replies from a script, in request order (one rollout at a time, so the order is the harness's)."""
+
+    weights_version = "w-script"
+
+    def __init__(self, replies: list[str]):
+        self.replies = list(replies)
+
+    def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]:
+        return [Generation(self.replies.pop(0), [1, 2], [3, 4], "stop") for _ in requests]
+
+
+def test_votes_and_a_retry_train_only_on_the_samples_behind_the_answer():
+    domain = build_domain(DomainConfig(name="math", sizes={"train": 1, "search": 1, "val": 1, "test": 1}))
+    source = domain.seed_harness().replace("N_VOTES = 1", "N_VOTES = 3").replace("RETRIES = 0", "RETRIES = 1")
+    replies = ["no idea", "hmm", "not sure", "The answer is 12.", "12", "7"]  # 3 unusable, then 12, 12, 7
+    runner = RolloutRunner(
+        ScriptedEngine(replies), domain, SamplingParams(max_tokens=8), RunnerLimits(workers=1)
+    )
+    try:
+        task = domain.splits()["train"][0]
+        (rollout,) = runner.run([RolloutJob(task, HarnessCandidate("h", source), 0)])
+    finally:
+        runner.close()
+    assert rollout.error is None and rollout.answer == "12" and len(rollout.calls) == 6
+    assert [c.text for c in trainable(rollout)] == ["The answer is 12.", "12"]
+
+
+def call(messages: list[dict[str, str]], text: str, train: bool = True) -> ModelCall:
+    return ModelCall(messages, [1], [2], text, "stop", train, {})
+
+
+def test_an_agent_step_that_ran_a_tool_is_kept_and_a_retry_after_a_refused_tool_is_not():
+    ask = [{"role": "user", "content": "Who wrote it?"}]
+    search = call(ask, "search: author")
+    answer = call(
+        [*ask, {"role": "assistant", "content": "search: author"}, {"role": "user", "content": "hits"}], "Ann"
+    )
+    ran = Rollout("t", "h", "w", 0, answer="Ann", calls=[search, answer])
+    ran.tool_calls = [ToolCall("search", ["author"], {}, result="hits", after_calls=1)]
+    assert trainable(ran) == [search, answer]  # the tool ran on the first reply: an agent step
+    refused = Rollout("t", "h", "w", 0, answer="Ann", calls=[search, answer])
+    refused.tool_calls = [ToolCall("search", ["author"], {}, error="bad query", after_calls=1)]
+    assert trainable(refused) == [answer]  # re-asked after the tool refused it: a failed attempt
+    unknown = Rollout("t", "h", "w", 0, answer="Ann", calls=[search, answer])
+    unknown.tool_calls = [ToolCall("search", ["author"], {}, result="hits")]  # a trace from before the order
+    assert trainable(unknown) == [search, answer]
+
+
+def test_samples_with_no_majority_and_opted_out_calls_are_not_trained_on():
+    ask = [{"role": "user", "content": "Which operation?"}]
+    split = Rollout(
+        "t", "h", "w", 0, answer="7", calls=[call(ask, "add"), call(ask, "times"), call(ask, "minus")]
+    )
+    assert trainable(split) == []  # none says the answer and no reply has two votes
+    named = Rollout(
+        "t", "h", "w", 0, answer="7", calls=[call(ask, "add"), call(ask, "Add."), call(ask, "minus")]
+    )
+    assert [c.text for c in trainable(named)] == [
+        "add",
+        "Add.",
+    ]  # the majority's words, as the tool used them
+    out = Rollout("t", "h", "w", 0, answer="x", calls=[call(ask, "x", train=False), call([], "x")])
+    assert [c.messages for c in trainable(out)] == [[]]
