@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from whale.core.stats import PairedDifference
+from whale.core.stats import PairedDifference, bootstrap_ci
 
 EXACT_BELOW = 10  # fewer tasks than this with a non-zero difference: the sign test decides, not a bootstrap
 
@@ -56,11 +56,10 @@ def seed_task_mean(
     over_seeds = seed_t([float(np.mean(r)) for r in per_seed], alpha)
     if over_seeds is not None:
         lo, hi = min(lo, over_seeds[0]), max(hi, over_seeds[1])
-    lo, hi = (
-        max(float(lo), 0.0),
-        min(float(hi), 1.0),
-    )  # rewards are in [0, 1] (docs/domains.md); t's tails are not
-    return SeedTaskMean(float(np.mean([np.mean(r) for r in per_seed])), lo, hi)
+    # rewards are in [0, 1] (docs/domains.md); t's tails are not
+    return SeedTaskMean(
+        float(np.mean([np.mean(r) for r in per_seed])), max(float(lo), 0.0), min(float(hi), 1.0)
+    )
 
 
 def sign_test(positive: int, negative: int) -> float:
@@ -168,14 +167,10 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
-def seed_interval(
-    values: list[float], alpha: float = 0.05, n_boot: int = 4000, seed: int = 0
-) -> SeedTaskMean:
+def seed_interval(values: list[float], alpha: float = 0.05) -> SeedTaskMean:
     """The mean of one number per seed (a cost, such as rollouts to reach a level) with a bootstrap over
     seeds; with one seed the interval is that seed's value."""
     if not values:
         raise ValueError("seed_interval needs at least one seed")
-    arr = np.asarray(values, dtype=float)
-    draws = arr[np.random.default_rng(seed).integers(0, len(arr), size=(n_boot, len(arr)))].mean(axis=1)
-    lo, hi = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
-    return SeedTaskMean(float(arr.mean()), float(lo), float(hi))
+    lo, hi = bootstrap_ci(values, n_boot=4000, alpha=alpha)
+    return SeedTaskMean(float(np.mean(values)), lo, hi)
