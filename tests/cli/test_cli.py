@@ -59,7 +59,10 @@ def check_complete_run(out: Path) -> dict:
         assert (out / name).is_file(), name
     assert state["finished"] is True
     budget = state["budget"]
-    assert budget["train_rollouts"] + budget["search_rollouts"] >= budget["limit_rollouts"]
+    spent, limit = budget["train_rollouts"] + budget["search_rollouts"], budget["limit_rollouts"]
+    end = read_jsonl(out / "events.jsonl")[-1]
+    assert spent <= limit  # the last unit is cut to fit
+    assert spent == limit or "rollouts left fit no unit" in end["reason"] or "stopped early" in end["reason"]
     if updated:
         checkpoints = [p.name for p in (out / "checkpoints").iterdir()]
         assert state["checkpoint"] in checkpoints and not [c for c in checkpoints if c.startswith(".")]

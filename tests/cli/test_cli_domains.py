@@ -8,6 +8,7 @@ import pytest
 from test_cli import assert_user_error, check_complete_run, whale
 
 from whale.core.files import read_jsonl
+from whale.core.stats import task_means
 
 pytestmark = pytest.mark.slow
 REVERSE = Path(__file__).resolve().parents[1] / "fixtures" / "reverse_domain.py"
@@ -52,6 +53,26 @@ def test_domains_eval_and_harness_check_commands(tmp_path):
     scored = whale("eval", "--harness", str(harness), "--preset", "tiny", "--k", "2", "--split", "val")
     assert scored.returncode == 0, scored.stderr[-2000:]
     assert "mean@2" in scored.stdout and "pass@2" in scored.stdout and "rollouts" in scored.stdout
+    adds = tmp_path / "adds.py"  # no model at all: the sum of the question's first two numbers
+    adds.write_text(
+        "import re\ndef run(task, llm, tools):\n    a, b = re.findall(r'\\d+', task['question'])[:2]\n"
+        "    return tools.calculator(a + ' + ' + b)\n"
+    )
+    rows = tmp_path / "rows.jsonl"
+    paired = whale("eval", "--harness", str(adds), "--against", str(harness), "--preset", "tiny", "--k", "2",
+                   "--split", "val", "--rows", str(rows))  # fmt: skip
+    assert paired.returncode == 0, paired.stderr[-2000:]
+    written = read_jsonl(rows)
+    assert len(written) == 2 * 6 * 2 and {r["harness_id"] for r in written} == {"adds", "h"}
+    by = {
+        h: task_means((r["task_id"], r["reward"]) for r in written if r["harness_id"] == h)
+        for h in ("adds", "h")
+    }
+    diff = sum(by["adds"][t] - by["h"][t] for t in by["h"]) / 6
+    assert f"adds.py - h.py: mean@2 {diff:+.3f} [" in paired.stdout.replace("\n", " ")
+    assert "paired over 6 tasks" in paired.stdout.replace("\n", " ")
+    again = whale("eval", "--harness", str(adds), "--preset", "tiny", "--rows", str(rows))
+    assert_user_error(again, "already exists")
 
     ok = whale("harness", "check", str(harness))
     assert ok.returncode == 0 and "smoke test passed" in ok.stdout, ok.stdout + ok.stderr[-2000:]

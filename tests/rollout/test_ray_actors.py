@@ -36,7 +36,9 @@ STALL_DOMAIN = Path(__file__).resolve().parents[1] / "fixtures" / "stall_domain.
 # The tiny preset, cut down: two weight steps of 8 rollouts (so weights are pushed to the actors twice),
 # one search iteration, and evaluations at the start, after the weight steps and at the end.
 TINY_RUN = [
-    "schedule.budget_rollouts=24",
+    "schedule.budget_rollouts=26",  # 2 weight steps (16), re-scoring the seed (4), one challenger (1 + 4)
+    "search.rollouts_per_task=1",
+    "search.candidates_per_iter=1",
     "rft.tasks_per_step=2",
     "eval.every_rollouts=12",
     "eval.k=1",

@@ -13,6 +13,8 @@ from whale.core.provenance import code_version
 from whale.harness.records import HarnessCandidate
 from whale.run.experiment import Experiment
 from whale.run.proposing import EMPTY_SEARCHES
+from whale.search.acceptance import Trial, Verdict, evaluate_all
+from whale.search.archive import CandidateEval
 from whale.search.proposer import Proposal, ProposalRequest
 
 
@@ -37,7 +39,7 @@ def test_a_harness_only_run_that_races_its_challengers_records_what_each_decisio
             assert 0 < e["decision_rollouts"] <= e["spent"]
             assert e["reason"].startswith(("no challenger passed", "c0"))
         else:
-            assert "decision_rollouts" not in e or e["decision_rollouts"] is None
+            assert not e.get("decision_rollouts")  # none, or 0 when the budget ended before the first look
 
 
 class Repeats:
@@ -65,3 +67,43 @@ def test_a_harness_only_run_whose_proposer_offers_nothing_new_ends_instead_of_sp
         events[-1]["reason"]
         == f"stopped early, the proposer offered no new runnable candidate in {EMPTY_SEARCHES} iterations"
     )
+
+
+class Always:
+    """An acceptance rule that takes the first challenger the budget can score, untested: every search
+    unit then changes the harness, so a point a unit runs past shows which harness it scored."""
+
+    name = "always"
+
+    def judge(self, trial: Trial, challengers: list[HarnessCandidate], incumbent: CandidateEval) -> Verdict:
+        evals = evaluate_all(trial, challengers[:1])
+        return Verdict(evals[0].candidate_id, "always", {}, evals[0].rollouts) if evals else Verdict(None, "")
+
+
+def test_a_point_a_search_unit_runs_past_scores_the_harness_held_before_it(tmp_path, monkeypatch):
+    """Each evaluation point scores the agent held when its share of the budget had been spent: a unit
+    changes the harness only when it ends, and the last unit is cut to what the budget can pay for."""
+    monkeypatch.setattr("whale.search.step.build_acceptance", lambda kind, alpha: Always())
+    cfg = load_config("tiny", None, [
+        "schedule.method=harness-only", "schedule.budget_rollouts=40", "eval.every_rollouts=15", "eval.k=1",
+        "runner.workers=4", "domain.sizes={train: 50, search: 4, val: 2, test: 2}", "proposer.kind=mutation",
+    ])  # fmt: skip
+    out = tmp_path / "run"
+    Experiment(cfg, out, Console(file=io.StringIO())).run()
+    state, points, events = (
+        read_json(out / "state.json"),
+        read_jsonl(out / "evals.jsonl"),
+        read_jsonl(out / "events.jsonl"),
+    )
+    assert 40 - 4 < state["budget"]["search_rollouts"] <= 40
+    assert [p["rollouts"] for p in points] == [0, 15, 30, 40]
+    searches = [e for e in events if e["event"] == "search_iteration"]
+    assert len({e["incumbent"] for e in searches}) >= len(searches) - 1 >= 2  # each took a new harness
+    ran_past = 0
+    for p in points[1:-1]:
+        unit = next(e for e in searches if e["rollouts"] >= p["rollouts"])
+        held = [e["incumbent"] for e in searches if e["rollouts"] < unit["rollouts"]] or ["c0000"]
+        assert p["harness"] == (unit["incumbent"] if unit["rollouts"] == p["rollouts"] else held[-1])
+        ran_past += unit["rollouts"] > p["rollouts"]
+    assert ran_past and points[-1]["harness"] == state["incumbent"]
+    assert events[-1]["reason"].startswith("budget spent")

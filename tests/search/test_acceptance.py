@@ -110,6 +110,28 @@ def test_a_race_winner_is_completed_on_the_tasks_the_race_did_not_reach(tmp_path
     assert not again.accepted and again.incumbent.id == result.incumbent.id
 
 
+def test_a_race_the_budget_cannot_pay_for_ends_undecided_within_it(tmp_path, runner, many):
+    """The run's last unit is cut to fit: the race stops before the look it cannot pay for, accepts
+    nothing (stopping early only removes chances to pass) and says so."""
+    archive, seed, ev = seeded(tmp_path, runner, many)
+    settings = SearchSettings(1, 1, 1, 0.05, "", acceptance=Race())
+    proposer = ListProposer([many.seed_harness()])
+    result = harness_step(runner, archive, proposer, seed, ev, many.tasks, settings, 0, room=1 + 8 + 7)
+    assert result.cut and not result.accepted and result.incumbent.id == "c0000"
+    assert len(result.rollouts) == 1 + 8  # the smoke test and the looks at 4 and 8 tasks; 16 needs 8 more
+    assert result.reason == "no decision: the budget ran out before look 3, after 8 tasks, 8 rollouts"
+    assert archive.meta("c0001")["status"] == "rejected"
+    unrun = harness_step(
+        runner, archive, ListProposer([many.seed_harness() + "\nF = 1\n"]), seed, ev, many.tasks, settings, 1,
+        room=0,
+    )  # fmt: skip
+    assert unrun.cut and unrun.rollouts == [] and archive.meta("c0002")["status"] == "unrun"
+    full = Trial(runner, archive, many.tasks, 1, 0, room=30)
+    verdict = Argmax().judge(full, [archive.load("c0001"), archive.load("c0002")], ev)
+    assert verdict.accepted == "c0001" and verdict.rejected == {}  # the only one the budget could score
+    assert full.cut and len(full.rollouts) == 24
+
+
 def test_argmax_takes_any_higher_mean_and_no_tie(tmp_path, runner, many):
     archive, seed, ev = seeded(tmp_path, runner, many)
     trial = Trial(runner, archive, many.tasks, 1, 0)
@@ -133,6 +155,18 @@ def test_a_population_leader_changes_only_by_the_rule(tmp_path, runner, many):
     assert not result.accepted and result.population[0].candidate_id == "c0000"
     assert [e.candidate_id for e in result.population] == ["c0000", "c0001"]  # a tie: kept as a parent
     assert archive.meta("c0001")["status"] == "population"
+
+
+def test_a_prompts_only_population_refuses_a_child_that_changes_code(tmp_path, runner, many):
+    """Fast-Slow's children may reword string constants only, whatever proposer wrote them."""
+    archive, seed, ev = seeded(tmp_path, runner, many)
+    settings = SearchSettings(2, 1, 1, 0.05, "", population=2, acceptance=Race(), prompts_only=True)
+    reworded, recoded = WRONG.replace('"guess"', '"guess a number"'), WRONG.replace('"0"', '"1"[::-1]')
+    proposer = ListProposer([reworded, recoded])
+    result = population_step(runner, archive, proposer, [ev], many.tasks, settings, 0)
+    assert result.failed == {"c0002": "prompts-only: it changes code outside string constants"}
+    assert archive.meta("c0002")["status"] == "invalid"
+    assert [e.candidate_id for e in result.evaluated] == ["c0001"]
 
 
 def test_an_unknown_rule_names_the_choices():

@@ -22,6 +22,15 @@ def run_harness(
     cfg: Config, name: str, source: str, split: str, k: int, label: str, limit: int | None = None
 ) -> tuple[list, list]:
     """Build domain, model and runner from `cfg`; run k rollouts of the harness on each task of `split`."""
+    tasks, rollouts = run_harnesses(cfg, {name: source}, split, k, label, limit)
+    return tasks, rollouts[name]
+
+
+def run_harnesses(
+    cfg: Config, sources: dict[str, str], split: str, k: int, label: str, limit: int | None = None
+) -> tuple[list, dict[str, list]]:
+    """Every harness of `sources` (name -> code), k rollouts on each task of `split`, under one model and
+    runner: sample s of a task draws the same per-call seeds for each, so their differences are paired."""
     from whale.core.progress import track
     from whale.domains.registry import build_domain
     from whale.harness.calls import RolloutJob
@@ -36,10 +45,13 @@ def run_harness(
     tasks = splits[split][:limit]
     model, tokenizer = load_model(cfg.model.name, cfg.seed)
     runner = build_executor(cfg, model, tokenizer, dom, weights=None)
-    candidate = HarnessCandidate(name, source)
+    rollouts = {}
     try:
-        with track(console, label, len(tasks) * k) as tick:
-            rollouts = runner.run([RolloutJob(t, candidate, s) for t in tasks for s in range(k)], tick)
+        with track(console, label, len(sources) * len(tasks) * k) as tick:
+            for name, source in sources.items():
+                candidate = HarnessCandidate(name, source)
+                jobs = [RolloutJob(t, candidate, s) for t in tasks for s in range(k)]
+                rollouts[name] = runner.run(jobs, tick)
     finally:
         runner.close()
     return tasks, rollouts

@@ -11,7 +11,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from whale.cli.app import app, console, user_error
-from whale.cli.harness_runs import domain_overrides, harness_source, run_harness
+from whale.cli.harness_runs import domain_overrides, harness_source, run_harnesses
 
 
 @app.command()
@@ -93,35 +93,61 @@ def eval_(
     preset: Annotated[str | None, typer.Option(help="Preset for model, sampling and sizes.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.sub=value.")] = None,
     domain_file: Annotated[Path | None, typer.Option("--domain-file", help="Your own domain file.")] = None,
+    against: Annotated[
+        Path | None, typer.Option(help="A second harness (e.g. the seed): the paired difference per task.")
+    ] = None,
+    rows: Annotated[Path | None, typer.Option(help="Write every rollout here (JSONL).")] = None,
 ) -> None:
-    """Score a harness under the configured model: mean@k with CI, pass@k, maj@k and the cost."""
+    """Score a harness under the configured model: mean@k with CI, pass@k, maj@k and the cost; with
+    --against, both harnesses on the same tasks and per-call seeds, and their paired difference."""
     import time
 
     from whale.core.config import load_config
+    from whale.core.files import append_jsonl
+    from whale.core.hierarchical import sign_test
+    from whale.core.stats import paired_difference, task_means
     from whale.harness import validate
     from whale.run.evaluation import score_rollouts
 
     cfg = load_config(preset, None, [*domain_overrides(domain, domain_file), *(set_ or [])])
-    source = harness_source(harness)
-    problems = validate.problems(source)
-    if problems:
-        raise user_error(f"{harness}: {problems[0]}")
+    files = [harness, *([against] if against else [])]
+    sources = {}
+    for path in files:
+        sources[path.stem if path.stem not in sources else str(path)] = source = harness_source(path)
+        problems = validate.problems(source)
+        if problems:
+            raise user_error(f"{path}: {problems[0]}")
+    if rows is not None and rows.exists():
+        raise user_error(f"--rows {rows}: already exists (not overwritten)")
     start = time.monotonic()
-    tasks, rollouts = run_harness(
-        cfg, harness.stem, source, split, k, f"{harness.name} on {cfg.domain.name}/{split}"
-    )
-    score = score_rollouts(rollouts, tasks)
-    errors = sum(r.error is not None for r in rollouts)
+    label = f"{len(files)} harness(es) on {cfg.domain.name}/{split}"
+    tasks, by_name = run_harnesses(cfg, sources, split, k, label)
+    for path, rollouts in zip(files, by_name.values(), strict=True):
+        score = score_rollouts(rollouts, tasks)
+        console.print(
+            f"{path.name} on {cfg.domain.name}/{split} ({len(tasks)} tasks, k={k}, model {cfg.model.name}): "
+            f"mean@{k} {score.mean:.3f} [{score.ci_low:.3f}, {score.ci_high:.3f}], "
+            f"pass@{k} {score.pass_at_k:.3f}, maj@{k} {score.maj_at_k:.3f}"
+        )
+    every = [r for rollouts in by_name.values() for r in rollouts]
     console.print(
-        f"{harness.name} on {cfg.domain.name}/{split} ({len(tasks)} tasks, k={k}, model {cfg.model.name}): "
-        f"mean@{k} {score.mean:.3f} [{score.ci_low:.3f}, {score.ci_high:.3f}], "
-        f"pass@{k} {score.pass_at_k:.3f}, maj@{k} {score.maj_at_k:.3f}"
+        f"cost: {len(every)} rollouts, {sum(len(r.calls) for r in every)} model calls, "
+        f"{sum(r.generated_tokens for r in every)} generated tokens, {time.monotonic() - start:.1f}s; "
+        f"{sum(r.error is not None for r in every)} rollouts ended in an error"
     )
-    console.print(
-        f"cost: {len(rollouts)} rollouts, {sum(len(r.calls) for r in rollouts)} model calls, "
-        f"{sum(r.generated_tokens for r in rollouts)} generated tokens, {time.monotonic() - start:.1f}s; "
-        f"{errors} rollouts ended in an error"
-    )
+    if against is not None:
+        mine, theirs = (task_means((r.task_id, r.reward) for r in rs) for rs in by_name.values())
+        ids = [t.id for t in tasks]
+        diff = paired_difference([mine[t] for t in ids], [theirs[t] for t in ids])
+        up, down = sum(mine[t] > theirs[t] for t in ids), sum(mine[t] < theirs[t] for t in ids)
+        console.print(
+            f"{harness.name} - {against.name}: mean@{k} {diff.mean_diff:+.3f} [{diff.ci_low:+.3f}, "
+            f"{diff.ci_high:+.3f}] (paired over {len(ids)} tasks, bootstrap 95% CI); better on {up} tasks, "
+            f"worse on {down}, sign test p {sign_test(up, down):.4f}"
+        )
+    if rows is not None:
+        append_jsonl(rows, [r.to_json() for r in every])
+        console.print(f"rollouts written to {rows}")
 
 
 @app.command()

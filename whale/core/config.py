@@ -191,7 +191,7 @@ class ScheduleConfig(Section):
     budget_rollouts: int = Field(3000, ge=1)  # training + search rollouts, every method alike
     adaptive: AdaptiveConfig = Field(default_factory=AdaptiveConfig)
     stage_split: float = Field(0.5, gt=0.0, lt=1.0)  # stagewise: share of the budget for the first stage
-    population: int = Field(4, ge=1)  # fast-slow: harnesses kept (top-P on the search split)
+    population: int = Field(4, ge=1)  # fast-slow: harnesses kept (Pareto front over search tasks, then mean)
 
 
 class EvalConfig(Section):

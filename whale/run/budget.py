@@ -22,6 +22,10 @@ class Budget:
         return self.train_rollouts + self.search_rollouts
 
     @property
+    def left(self) -> int:
+        return max(0, self.limit_rollouts - self.rollouts)
+
+    @property
     def exhausted(self) -> bool:
         return self.rollouts >= self.limit_rollouts
 

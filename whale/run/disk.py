@@ -7,10 +7,12 @@ the report read, and are never deleted.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
-from whale.run.rundir import CHECKPOINTS, SEARCH
+from whale.model.trainer import Trainer
+from whale.run.rundir import CHECKPOINTS, SEARCH, RunDir
 
 # Where each kind of file lives in a run directory (see whale.run.experiment).
 KINDS = {
@@ -64,3 +66,13 @@ def retained_checkpoints(points: list[dict[str, Any]], keep_every: int, keep_bes
     ranked = sorted(points, key=lambda p: (-p["val"]["mean"], p["point"]))
     keep |= {p.get("checkpoint") for p in ranked[:keep_best]}
     return {name for name in keep if name}
+
+
+def save_checkpoint(trainer: Trainer, run: RunDir, name: str) -> int:
+    """The trainer's weights as checkpoint folder `name`, written whole or not at all; its bytes."""
+    tmp = run.checkpoint(f".{name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.save(tmp)
+    size = folder_bytes(tmp)
+    tmp.rename(run.checkpoint(name))
+    return size

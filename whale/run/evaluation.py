@@ -95,3 +95,13 @@ def eval_line(record: dict[str, Any], k: int, copied_from: str = "") -> str:
         f"val mean@{k} {v['mean']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]  "
         f"test mean@{k} {t['mean']:.3f} [{t['ci_low']:.3f}, {t['ci_high']:.3f}]"
     )
+
+
+def points_between(next_at: int, every: int, end: int, limit: int, inclusive: bool) -> list[int]:
+    """The evaluation points (every `every` rollouts from `next_at`) up to `end`, with or without `end`
+    itself, and before `limit`, whose point is the run's end."""
+    points = []
+    while (next_at <= end if inclusive else next_at < end) and next_at < limit:
+        points.append(next_at)
+        next_at += every
+    return points

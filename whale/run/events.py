@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from whale.weights.step import WeightStepResult
+
 
 @dataclass
 class Event:
@@ -76,6 +78,17 @@ class WeightStep(Event):
     weights: str  # the weights version served after the step
 
 
+def weight_step_event(
+    result: WeightStepResult, step: int, phase: int, algorithm: str, weights: str
+) -> WeightStep:
+    total = len(result.rollouts)
+    return WeightStep(
+        step, phase, algorithm, result.harnesses, result.train_reward, result.kept, total,
+        result.kept / max(total, 1), result.examples, result.by_harness, result.dropped_tasks, result.loss,
+        result.kl, result.margin, result.mean_abs_advantage, result.optimizer_steps, weights,
+    )  # fmt: skip
+
+
 @dataclass
 class SearchIteration(Event):
     kind: ClassVar[str] = "search_iteration"
@@ -95,6 +108,17 @@ class SearchIteration(Event):
     proposal: str
     proposer_cost: dict[str, Any]
     decision_rollouts: int | None = None  # the challenger rollouts the acceptance decision cost
+
+
+def search_event(
+    result: Any, iteration: int, incumbent: str, score: float, accepted: bool, population: Any = None
+) -> SearchIteration:
+    """The record of one search iteration, from a search IterationResult or PopulationResult."""
+    return SearchIteration(
+        iteration, incumbent, score, accepted, result.reason, population,
+        {e.candidate_id: e.mean for e in result.evaluated}, result.failed, len(result.rollouts),
+        result.proposal.note, result.proposal.cost, result.decision_rollouts,
+    )  # fmt: skip
 
 
 @dataclass

@@ -1,17 +1,18 @@
 """One run: build every part from a Config, then spend the budget one unit at a time.
 
 A unit is a weight step (whale.weights.step) or a harness-search step (whale.search.step); the schedule
-(whale.run.schedule) says which comes next. After every unit, evaluation points fall due every
-`eval.every_rollouts` budget rollouts, and the unit commits: weights to a checkpoint folder if they
+(whale.run.schedule) says which comes next. Every method spends the same budget and is evaluated at the
+same budget fractions: the last unit is cut to what the budget can pay for, and an evaluation point
+every `eval.every_rollouts` rollouts scores the agent held when that many had been spent (a unit changes
+the agent only when it ends). After every unit the run commits: weights to a checkpoint folder if they
 changed, then state.json (whale.run.rundir). A killed run resumes from its last commit.
 """
 
 from __future__ import annotations
 
 import random
-import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,14 @@ from whale.model.loading import check_model_name
 from whale.rollout.build import build_executor
 from whale.run import events
 from whale.run.budget import Budget
-from whale.run.disk import folder_bytes, retained_checkpoints
-from whale.run.evaluation import copied_point, eval_line, evaluate, start_eval_source
+from whale.run.disk import retained_checkpoints, save_checkpoint
+from whale.run.evaluation import (
+    copied_point,
+    eval_line,
+    evaluate,
+    points_between,
+    start_eval_source,
+)
 from whale.run.preflight import check_engine, check_proposer, resolve_engine_dtype, seed_candidate
 from whale.run.proposing import build_proposer, proposer_spent, record_proposal, search_brief
 from whale.run.rundir import EVALS, EVENTS, SEARCH, TRAIN, RunDir, RunState
@@ -48,7 +55,15 @@ from whale.search.archive import Archive, CandidateEval
 from whale.search.proposer import ProposerUsage
 from whale.search.scoring import evaluate_candidate
 from whale.search.step import SearchSettings, harness_step, population_step
-from whale.weights.step import WeightSettings, needs_reference, weight_step
+from whale.weights.step import WeightSettings, needs_reference, step_line, weight_step
+
+
+@dataclass(frozen=True)
+class UnitDone:
+    value: float  # the schedule's signal (UnitReport.value)
+    improved: bool = False
+    samples: int = 0
+    cut: bool = False  # the budget ended inside the unit: the run stops after it
 
 
 class Experiment:
@@ -84,7 +99,8 @@ class Experiment:
             self.dir.create(cfg)  # only now: a config, domain or model error leaves nothing on disk
         self.archive = Archive(self.dir / SEARCH)
         self.weight_settings = WeightSettings.from_config(cfg)
-        self.search_settings = SearchSettings.from_config(cfg, search_brief(cfg, self.domain))
+        brief = search_brief(cfg, self.domain)
+        self.search_settings = SearchSettings.from_config(cfg, brief, self.rules.prompts_only)
         self.state = self._load_state() if resume else self._fresh_state(seed)
         self.usage = ProposerUsage(**(self.state.proposer_usage or {}))
         if self.state.proposer_spent:
@@ -94,7 +110,7 @@ class Experiment:
         self.wall_before = self.state.budget["wall_s"]
 
     def run(self) -> dict[str, Any]:
-        st, every = self.state, self.cfg.eval.every_rollouts
+        st = self.state
         if st.eval_points == 0:
             source = self.start_eval_source()
             if source is None:
@@ -110,17 +126,20 @@ class Experiment:
                 if not self._stop_searching(sched):
                     break
                 continue
-            served = self.runner.weights_version
-            samples, improved = 0, False
+            held, served = st.incumbent, self.runner.weights_version
             if sched.kind == WEIGHTS:
-                value, samples = self._weight_unit(sched)
+                unit = self._weight_unit(sched)
             elif self.rules.population:
-                value, improved = self._population_unit()
+                unit = self._population_unit()
             else:
-                value, improved = self._search_unit()
+                unit = self._search_unit()
+            if unit is None:  # the budget left cannot pay for the next step of this unit
+                break
             st.unit += 1
             b = self.budget
-            report = UnitReport(sched.kind, value, improved, b.rollouts, b.limit_rollouts, samples)
+            report = UnitReport(
+                sched.kind, unit.value, unit.improved, b.rollouts, b.limit_rollouts, unit.samples
+            )
             decision = self.schedule.advance(sched, report)
             st.schedule = decision.state.to_json()
             if decision.switched:
@@ -131,27 +150,31 @@ class Experiment:
                 self._event(switch)
                 after = f"after {length} units: {decision.reason}"
                 self.console.print(f"  phase switch {sched.kind} -> {decision.state.kind} {after}")
-            due = b.rollouts >= st.next_eval_at or b.exhausted
             trained = self.runner.weights_version != served
-            if due:
-                self._evaluate("end" if b.exhausted else f"{b.rollouts} rollouts", weights_pending=trained)
-                st.next_eval_at = (b.rollouts // every + 1) * every
-            self._commit(trained, boundary=decision.switched or due)
+            crossed = self._evaluate_crossed(held, trained)
+            self._commit(trained, boundary=decision.switched or crossed or unit.cut)
+            if unit.cut:
+                break
         if not st.finished:
-            self._finish("budget spent")
+            left = self.budget.left
+            self._evaluate("end", at=self.budget.limit_rollouts)
+            self._finish("budget spent" + (f" ({left} rollouts left fit no unit)" if left else ""))
         self.runner.close()
         self.trainer.close()
         self.tracker.close()
         self.dir.release()
         return self.summary()
 
-    def _weight_unit(self, sched: ScheduleState) -> tuple[float, int]:
+    def _weight_unit(self, sched: ScheduleState) -> UnitDone | None:
         """One weight step under the incumbent (fast-slow: a population member drawn per task): its mean
-        train reward and the rollouts behind it."""
-        st, algorithm = self.state, self.cfg.weights.algorithm
-        if sched.done_in_phase == 0 and needs_reference(
-            self.cfg.weights
-        ):  # phase start: the reference (DPO, KL)
+        train reward and the rollouts behind it. The budget's last step is cut to the tasks it can pay for
+        (None: not one). An evaluation point it would pass is taken first: the agent held there is today's."""
+        st, algorithm, settings = self.state, self.cfg.weights.algorithm, self.weight_settings
+        tasks = min(settings.tasks_per_step, self.budget.left // settings.k)
+        if tasks == 0:
+            return None
+        self._evaluate_passed(self.budget.rollouts + tasks * settings.k)
+        if sched.done_in_phase == 0 and needs_reference(self.cfg.weights):  # the phase's reference (DPO, KL)
             self.trainer.freeze_reference()
             st.reference_checkpoint = st.checkpoint
             if st.checkpoint:
@@ -161,8 +184,8 @@ class Experiment:
         rng = random.Random(self.cfg.seed * 1_000_003 + st.weight_steps)
         label = f"{algorithm.upper()} step {st.weight_steps + 1}"
         result = weight_step(
-            self.runner, self.trainer, harnesses, self.splits["train"], self.weight_settings, rng,
-            f"rft{st.weight_steps}", self.bars, label,
+            self.runner, self.trainer, harnesses, self.splits["train"],
+            replace(settings, tasks_per_step=tasks), rng, f"rft{st.weight_steps}", self.bars, label,
         )  # fmt: skip
         st.weight_steps += 1
         if result.optimizer_steps:  # else nothing was kept: the same weights, label and search scores
@@ -172,86 +195,54 @@ class Experiment:
         self.dir.append(TRAIN, [r.to_json() for r in result.rollouts])
         self._charge(result.rollouts, "train")
         total = len(result.rollouts)
-        self._event(
-            events.WeightStep(
-                st.weight_steps,
-                sched.phase,
-                algorithm,
-                result.harnesses,
-                result.train_reward,
-                result.kept,
-                total,
-                result.kept / max(total, 1),
-                result.examples,
-                result.by_harness,
-                result.dropped_tasks,
-                result.loss,
-                result.kl,
-                result.margin,
-                result.mean_abs_advantage,
-                result.optimizer_steps,
-                self.runner.weights_version,
-            )  # fmt: skip
-        )
-        extra = "".join(
-            f", {name} {value:.4f}"
-            for name, value in (
-                ("KL", result.kl),
-                ("margin", result.margin),
-                ("|A|", result.mean_abs_advantage),
-            )
-            if value is not None
-        )
-        trained = f"loss {result.loss:.3f}{extra}" if result.optimizer_steps else (
-            f"no update: {self.runner.weights_version} stays"
-        )  # fmt: skip
-        self.console.print(
-            f"  weight step {st.weight_steps} ({algorithm}): train reward {result.train_reward:.3f}, "
-            f"kept {result.kept}/{total}, {trained}"
-        )
-        return result.train_reward, total
+        served = self.runner.weights_version
+        self._event(events.weight_step_event(result, st.weight_steps, sched.phase, algorithm, served))
+        self.console.print(f"  weight step {st.weight_steps} ({algorithm}): {step_line(result, served)}")
+        return UnitDone(result.train_reward, samples=total)
 
-    def _search_unit(self) -> tuple[float, bool]:
-        """One harness-search iteration; the incumbent's search score and whether it changed."""
+    def _search_unit(self) -> UnitDone | None:
+        """One harness-search iteration; the incumbent's search score and whether it changed. None when the
+        budget left cannot re-score the incumbent."""
         st, tasks = self.state, self.splits["search"]
         incumbent = self.archive.load(st.incumbent)
         ev = self._current_eval(st.incumbent, st.incumbent_eval)
+        if ev is None:
+            return None
         proposer = build_proposer(self.cfg, self.domain, self.usage, st.search_iters, self.console, tasks[0])
         seed = self.cfg.seed + st.search_iters
         with self.bars(
             f"search iteration {st.search_iters + 1}", self.search_settings.rollouts(len(tasks))
         ) as tick:
             result = harness_step(
-                self.runner, self.archive, proposer, incumbent, ev, tasks, self.search_settings, seed, tick
-            )
+                self.runner, self.archive, proposer, incumbent, ev, tasks, self.search_settings, seed, tick,
+                self.budget.left,
+            )  # fmt: skip
         st.search_iters += 1
         self._charge(result.rollouts, "search")
         record_proposal(self.state, self.cfg, self.usage, result.proposal, len(result.rollouts))
         st.incumbent, st.incumbent_eval = result.incumbent.id, asdict(result.incumbent_eval)
-        self._search_event(result, result.incumbent_eval.mean, result.accepted)
+        score = result.incumbent_eval.mean
+        self._event(events.search_event(result, st.search_iters, st.incumbent, score, result.accepted))
         verdict = "accepted" if result.accepted else "kept incumbent"
         self.console.print(f"  search iteration {st.search_iters}: {verdict} — {result.reason}")
-        return result.incumbent_eval.mean, result.accepted
+        return UnitDone(score, result.accepted, cut=result.cut)
 
-    def _population_unit(self) -> tuple[float, bool]:
+    def _population_unit(self) -> UnitDone | None:
         """fast-slow: re-score the population under the current weights and add prompt-text children; the
         acceptance rule decides whether one becomes the leader, the harness used at evaluation."""
         st, tasks = self.state, self.splits["search"]
         known = {e["candidate_id"]: e for e in st.population or []}
-        population = [self._current_eval(cid, known.get(cid)) for cid in known or [st.incumbent]]
+        scored = [self._current_eval(cid, known.get(cid)) for cid in known or [st.incumbent]]
+        population = [ev for ev in scored if ev is not None]
+        if len(population) < len(scored):
+            return None
         proposer = build_proposer(self.cfg, self.domain, self.usage, st.search_iters, self.console, tasks[0])
         total = self.search_settings.rollouts(len(tasks))
         with self.bars(f"population iteration {st.search_iters + 1}", total) as tick:
             result = population_step(
-                self.runner,
-                self.archive,
-                proposer,
-                population,
-                tasks,
-                self.search_settings,
-                st.search_iters,
-                tick,
-            )
+                self.runner, self.archive, proposer, population, tasks, self.search_settings, st.search_iters,
+                tick, self.budget.left,
+            )  # fmt: skip
         st.search_iters += 1
         self._charge(result.rollouts, "search")
         record_proposal(self.state, self.cfg, self.usage, result.proposal, len(result.rollouts))
@@ -260,17 +251,20 @@ class Experiment:
         st.population = [asdict(e) for e in result.population]
         st.incumbent, st.incumbent_eval = best.candidate_id, asdict(best)
         members = {e.candidate_id: e.mean for e in result.population}
-        self._search_event(result, best.mean, changed, population=members)
+        self._event(events.search_event(result, st.search_iters, st.incumbent, best.mean, changed, members))
         shown = ", ".join(f"{e.candidate_id} {e.mean:.3f}" for e in result.population)
         self.console.print(f"  population iteration {st.search_iters}: {shown}")
-        return best.mean, changed
+        return UnitDone(best.mean, changed, cut=result.cut)
 
-    def _current_eval(self, candidate_id: str, known: dict[str, Any] | None) -> CandidateEval:
-        """The candidate's search-split score under the current weights; re-scored (and charged) if stale."""
+    def _current_eval(self, candidate_id: str, known: dict[str, Any] | None) -> CandidateEval | None:
+        """The candidate's search-split score under the current weights; re-scored (and charged) if stale.
+        None when the budget left cannot pay for that."""
         ev = CandidateEval(**known) if known else None
         if ev is not None and ev.weights_version == self.runner.weights_version:
             return ev
         tasks, n = self.splits["search"], self.cfg.search.rollouts_per_task
+        if len(tasks) * n > self.budget.left:
+            return None
         with self.bars(f"re-evaluating {candidate_id}", len(tasks) * n) as tick:
             ev, spent = evaluate_candidate(
                 self.runner, self.archive, self.archive.load(candidate_id), tasks, n, tick
@@ -278,26 +272,6 @@ class Experiment:
         self._charge(spent, "search")
         self._event(events.Reeval(candidate_id, ev.mean, len(spent)))
         return ev
-
-    def _search_event(self, result: Any, score: float, accepted: bool, **extra: Any) -> None:
-        """One search_iteration record, for an IterationResult or a PopulationResult."""
-        st = self.state
-        self._event(
-            events.SearchIteration(
-                st.search_iters,
-                st.incumbent,
-                score,
-                accepted,
-                result.reason,
-                extra.get("population"),
-                {e.candidate_id: e.mean for e in result.evaluated},
-                result.failed,
-                len(result.rollouts),
-                result.proposal.note,
-                result.proposal.cost,
-                result.decision_rollouts,
-            )  # fmt: skip
-        )
 
     def _stop_searching(self, sched: ScheduleState) -> bool:
         """The proposer's budget is spent: weight steps take the rest of the budget, or, for harness-only,
@@ -314,28 +288,58 @@ class Experiment:
         self._commit(weights_changed=False, boundary=True)
         return True
 
-    def _evaluate(self, label: str, weights_pending: bool = False) -> None:
+    def _evaluate_passed(self, end: int) -> None:
+        """Before a unit that will spend up to `end` budget rollouts: the agent held at each evaluation
+        point it passes (one it ends on comes after it) is today's, so those points are taken now."""
+        st, every = self.state, self.cfg.eval.every_rollouts
+        due = points_between(st.next_eval_at, every, end, self.budget.limit_rollouts, inclusive=False)
+        for at in due:
+            self._evaluate(f"{at} rollouts", at=at)
+            st.next_eval_at = at + every
+        if due:
+            self._commit(weights_changed=False, boundary=True)
+
+    def _evaluate_crossed(self, held: str, trained: bool) -> bool:
+        """After a unit: the evaluation points it reached. One ending past a point changed the agent only
+        when it ended, so that point scores what was held before: the harness `held` (a search unit never
+        trains). Every method is thus evaluated at the same budget fractions."""
+        st, b, every = self.state, self.budget, self.cfg.eval.every_rollouts
+        due = points_between(st.next_eval_at, every, b.rollouts, b.limit_rollouts, inclusive=True)
+        for at in due:
+            harness = st.incumbent if at == b.rollouts else held
+            self._evaluate(f"{at} rollouts", weights_pending=trained, harness=harness, at=at)
+            st.next_eval_at = at + every
+        return bool(due)
+
+    def _evaluate(
+        self, label: str, weights_pending: bool = False, harness: str | None = None, at: int | None = None
+    ) -> None:
         """Score the incumbent on val and test. The record names the checkpoint folder holding the weights
         evaluated (None: the base model; `weights_pending`: they are saved when this unit commits), so
         every evaluation point is an agent version that `whale export` can rebuild. When neither the weights
         nor the incumbent changed since the last point, that point is copied (`repeats`): with per-call
-        seeds it would draw the same rollouts again, and without them the same distribution."""
+        seeds it would draw the same rollouts again, and without them the same distribution. `harness`
+        (default: the incumbent) and `at` (default: the rollouts spent) name the agent and the budget the
+        point stands for."""
         st, k = self.state, self.cfg.eval.k
+        harness_id = harness or st.incumbent
         last = self.dir.points()[-1] if st.eval_points else None
-        if last and last["weights"] == self.runner.weights_version and last["harness"] == st.incumbent:
-            self._copy_eval(self.dir, last["point"], label, repeats=last["point"])
+        if last and last["weights"] == self.runner.weights_version and last["harness"] == harness_id:
+            self._copy_eval(self.dir, last["point"], label, at, repeats=last["point"])
             return
-        harness = self.archive.load(st.incumbent)
         checkpoint = self._checkpoint_name() if weights_pending else st.checkpoint
-        record = self._point_record(label, checkpoint, harness.id)
+        record = self._point_record(label, checkpoint, harness_id)
+        harness = self.archive.load(harness_id)
         for split, (rollouts, score) in evaluate(self.runner, harness, self.splits, k, self.bars).items():
             self.dir.write_eval_rows(st.eval_points, split, [r.to_json() for r in rollouts])
             self._charge(rollouts, "eval")
             record[split] = score
-        self._add_point(record)
+        self._add_point(record, at)
         self.console.print(eval_line(record, k))
 
-    def _copy_eval(self, source: RunDir, point: int, label: str, **provenance: Any) -> None:
+    def _copy_eval(
+        self, source: RunDir, point: int, label: str, at: int | None = None, **provenance: Any
+    ) -> None:
         """Evaluation point `point` of run `source` as this run's next point: the same rollouts and scores,
         charged to this run's evaluation cost as a fresh evaluation would be."""
         st = self.state
@@ -343,8 +347,9 @@ class Experiment:
         for split, split_rows in rows.items():
             self.dir.write_eval_rows(st.eval_points, split, split_rows)
             self._charge([Rollout.from_json(r) for r in split_rows], "eval")
-        record.update(self._point_record(label, st.checkpoint, st.incumbent), **provenance)
-        self._add_point(record)
+        harness = record.get("harness") or st.incumbent  # a repeat stands for the agent it repeats
+        record.update(self._point_record(label, st.checkpoint, harness), **provenance)
+        self._add_point(record, at)
         same = f"point {point}" if source.path == self.out else f"point {point} of {source.path}"
         self.console.print(eval_line(record, self.cfg.eval.k, copied_from=same))
 
@@ -355,11 +360,12 @@ class Experiment:
             "weights": self.runner.weights_version, "checkpoint": checkpoint, "harness": harness,
         }  # fmt: skip
 
-    def _add_point(self, record: dict[str, Any]) -> None:
+    def _add_point(self, record: dict[str, Any], at: int | None = None) -> None:
+        """`rollouts` is the budget the point stands for; `spent` what had been spent when it was taken."""
         b = self.budget
-        record.update(rollouts=b.rollouts, wall_s=round(b.wall_s, 2))
+        record.update(rollouts=b.rollouts if at is None else at, spent=b.rollouts, wall_s=round(b.wall_s, 2))
         self.dir.append(EVALS, [record])
-        self.tracker.log(record, b.rollouts)
+        self.tracker.log(record, record["rollouts"])
         self.state.eval_points += 1
 
     @property
@@ -417,13 +423,8 @@ class Experiment:
         folders neither kept (boundaries, thinned by `checkpoints.keep_every`) nor the latest go after it."""
         st = self.state
         if weights_changed:
-            name = self._checkpoint_name()
-            tmp = self.dir.checkpoint(f".{name}.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            self.trainer.save(tmp)
-            st.checkpoint_bytes += folder_bytes(tmp)
-            tmp.rename(self.dir.checkpoint(name))
-            st.checkpoint = name
+            st.checkpoint = self._checkpoint_name()
+            st.checkpoint_bytes += save_checkpoint(self.trainer, self.dir, st.checkpoint)
         if boundary and st.checkpoint:
             st.kept_checkpoints = sorted(set(st.kept_checkpoints or []) | {st.checkpoint})
         keep = self.cfg.checkpoints
@@ -439,7 +440,7 @@ class Experiment:
     def _finish(self, reason: str) -> None:
         self.state.finished = True
         self._event(events.End(reason))
-        self._commit(weights_changed=False, boundary=False)
+        self._commit(weights_changed=False, boundary=True)  # keeps the end point's checkpoint
 
     def summary(self) -> dict[str, Any]:
         return summarize_run(self.out)

@@ -72,7 +72,11 @@ def build_proposer(
 def search_brief(cfg: Config, domain: Domain) -> str:
     text = full_brief(domain.brief)
     if method_rules(cfg.schedule.method).prompts_only:
-        text += "\nThis run evolves prompts only: change the text sent to the model, not the logic.\n"
+        text += (
+            "\nThis run evolves prompts only. Read the parents' traces and failures, then rewrite the text"
+            " sent to the model: change string constants only. A file that changes anything else (code,"
+            " numbers, keys, what an f-string interpolates) is rejected before it runs.\n"
+        )
     return text
 
 

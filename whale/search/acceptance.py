@@ -41,8 +41,22 @@ class Trial:
     rollouts_per_task: int
     seed: int
     on_done: Callable[[Rollout], None] | None = None
+    room: int | None = None  # rollouts the run's budget has left for this decision (None: no limit)
     rollouts: list[Rollout] = field(default_factory=list)
     evaluated: list[CandidateEval] = field(default_factory=list)
+    cut: bool = False  # some work was refused because the budget could not pay for it
+
+    def fits(self, jobs: int) -> bool:
+        """Whether `jobs` more rollouts stay within the budget: the run's last unit is cut to fit."""
+        if self.room is None or len(self.rollouts) + jobs <= self.room:
+            return True
+        self.cut = True
+        return False
+
+    def run(self, jobs: list[RolloutJob]) -> list[Rollout]:
+        rollouts = self.runner.run(jobs, self.on_done)
+        self.rollouts += rollouts
+        return rollouts
 
 
 @dataclass
@@ -63,9 +77,11 @@ class Acceptance(Protocol):
 
 
 def evaluate_all(trial: Trial, challengers: list[HarnessCandidate]) -> list[CandidateEval]:
-    """Every challenger on every search task."""
+    """Every challenger on every search task; at the end of the budget, those that still fit."""
     evals = []
     for cand in challengers:
+        if not trial.fits(len(trial.tasks) * trial.rollouts_per_task):
+            break
         trial.archive.set_status(cand, "evaluated")
         ev, spent = evaluate_candidate(
             trial.runner, trial.archive, cand, trial.tasks, trial.rollouts_per_task, trial.on_done
@@ -88,7 +104,7 @@ class Argmax:
         evals = evaluate_all(trial, challengers)
         spent = sum(e.rollouts for e in evals)
         if not evals:
-            return Verdict(None, "no challenger")
+            return Verdict(None, "no challenger fits the budget left")
         best = best_of(evals)
         losers = {e.candidate_id: "argmax: not the best" for e in evals if e is not best}
         cmp = f"{best.candidate_id} {best.mean:.4f} vs {incumbent.candidate_id} {incumbent.mean:.4f}"
@@ -107,7 +123,7 @@ class Paired:
         evals = evaluate_all(trial, challengers)
         spent = sum(e.rollouts for e in evals)
         if not evals:
-            return Verdict(None, "no challenger")
+            return Verdict(None, "no challenger fits the budget left")
         best = best_of(evals)
         ids = sorted(incumbent.per_task)
         decision = decide_acceptance(
@@ -140,12 +156,14 @@ class Race:
         random.Random(trial.seed).shuffle(order)
         n = trial.rollouts_per_task
 
-        def score(ids: list[str], batch: list[str], round_: int) -> dict[str, dict[str, float]]:
-            """Round 0: samples 0..n-1, as in the incumbent's own score; extension round r: the next n."""
+        def score(ids: list[str], batch: list[str], round_: int) -> dict[str, dict[str, float]] | None:
+            """Round 0: samples 0..n-1, as in the incumbent's own score; extension round r: the next n.
+            None when the budget cannot pay for them."""
             samples = range(round_ * n, (round_ + 1) * n)
             jobs = [RolloutJob(task_of[t], runs[cid], s) for cid in ids for t in batch for s in samples]
-            rollouts = trial.runner.run(jobs, trial.on_done)
-            trial.rollouts += rollouts
+            if not trial.fits(len(jobs)):
+                return None
+            rollouts = trial.run(jobs)
             for r in rollouts:
                 spent[r.harness_id].append(r)
             return {
@@ -160,11 +178,12 @@ class Race:
             reached = {r.task_id for r in spent[winner]}
             left = [t for t in trial.tasks if t.id not in reached]
             rest = [RolloutJob(t, by_id[winner], s) for t in left for s in range(n)]
-            more = trial.runner.run(rest, trial.on_done)
-            trial.rollouts += more
-            spent[winner] += more
+            if trial.fits(len(rest)):  # else the budget ends with this unit: no next race needs them
+                spent[winner] += trial.run(rest)
         inputs = {t.id: t.inputs for t in trial.tasks}
         for cid in by_id:  # scored on samples 0..n-1 only, like every incumbent the next race compares with
+            if not spent[cid]:
+                continue  # the budget ended before its first look: it has no score
             first = [r for r in spent[cid] if r.sample < n]
             ev = summarize(cid, trial.runner.weights_version, first, inputs)
             trial.archive.record_eval(ev, spent[cid])

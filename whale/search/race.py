@@ -55,7 +55,8 @@ class RaceSettings:
 class RaceEntry:
     candidate_id: str
     per_task: dict[str, float] = field(default_factory=dict)  # task id -> challenger's mean reward
-    status: str = "live"  # live, accepted, passed (passed the test, not the best), dropped, exhausted
+    status: str = "live"  # live, accepted, passed (passed the test, not the best), dropped, exhausted,
+    # cut (the run's budget ended first)
     reason: str = ""
     p_better: float = 1.0
     mean_diff: float = 0.0
@@ -161,7 +162,7 @@ def race(
     challengers: list[str],
     incumbent: dict[str, float],
     tasks: list[str],
-    score: Callable[[list[str], list[str], int], dict[str, dict[str, float]]],
+    score: Callable[[list[str], list[str], int], dict[str, dict[str, float]] | None],
     rollouts_per_task: int,
     settings: RaceSettings,
     seed: int = 0,
@@ -171,7 +172,8 @@ def race(
 
     `score(candidate_ids, task_ids, round)` runs the candidates on the tasks and returns their per-task
     means: round 0 is the race itself, round r >= 1 an extension's fresh samples (the ids then include
-    `incumbent_id`)."""
+    `incumbent_id`). It returns None when the run's budget cannot pay for them: the race then ends there
+    undecided, which only removes chances to pass."""
     rng = np.random.default_rng(seed)
     entries = [RaceEntry(cid) for cid in challengers]
     sizes = look_sizes(len(tasks), settings)
@@ -184,6 +186,8 @@ def race(
             break
         batch = tasks[seen:size]
         scores = score([e.candidate_id for e in live], batch, 0)
+        if scores is None:
+            return cut_short(entries, looks, seen, rollouts, f"look {looks + 1}")
         rollouts += len(live) * len(batch) * rollouts_per_task
         seen, looks = size, looks + 1
         for e in live:
@@ -213,6 +217,8 @@ def race(
         ids = [e.candidate_id for e in promising]
         for _ in range(settings.extension_size):
             scores = score([*ids, incumbent_id], tasks, len(reference))
+            if scores is None:
+                return cut_short(entries, looks, seen, rollouts, f"extension {r}")
             rollouts += (len(ids) + 1) * len(tasks) * rollouts_per_task
             reference.append(scores[incumbent_id])
             for e in promising:
@@ -232,3 +238,12 @@ def race(
     note = f", extended {extended}x" if extended else ""
     reason = f"no challenger passed after {seen} tasks{note}, {rollouts} rollouts"
     return RaceResult(entries, None, looks, seen, rollouts, reason, extended)
+
+
+def cut_short(entries: list[RaceEntry], looks: int, seen: int, rollouts: int, step: str) -> RaceResult:
+    """The run's budget ended before `step`: nothing is accepted, and the live challengers say why."""
+    for e in entries:
+        if e.status == "live":
+            e.status, e.reason = "cut", f"the budget ran out before {step} (p {e.p_better:.4f})"
+    reason = f"no decision: the budget ran out before {step}, after {seen} tasks, {rollouts} rollouts"
+    return RaceResult(entries, None, looks, seen, rollouts, reason)

@@ -9,6 +9,7 @@ members are kept by search score, as parents for the next children.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,8 @@ from whale.rollout.executor import Executor
 from whale.search.acceptance import Acceptance, Trial, Verdict, build_acceptance
 from whale.search.archive import Archive, CandidateEval, code_fingerprint
 from whale.search.mutation import signature
+from whale.search.pareto import draw_parent, pareto_order
+from whale.search.prompts_only import outside_text
 from whale.search.proposer import Proposal, ProposalRequest, Proposer
 
 
@@ -35,9 +38,10 @@ class SearchSettings:
     brief: str  # what the proposer reads about the domain
     population: int = 1  # fast-slow: members kept
     acceptance: Acceptance = field(default_factory=lambda: build_acceptance("race", 0.05))
+    prompts_only: bool = False  # fast-slow: a child may change its parent's string constants only
 
     @classmethod
-    def from_config(cls, cfg: Config, brief: str) -> SearchSettings:
+    def from_config(cls, cfg: Config, brief: str, prompts_only: bool = False) -> SearchSettings:
         s = cfg.search
         population = cfg.schedule.population
         return cls(
@@ -48,6 +52,7 @@ class SearchSettings:
             brief,
             population,
             build_acceptance(s.acceptance, s.alpha),
+            prompts_only,
         )
 
     def rollouts(self, tasks: int) -> int:
@@ -66,6 +71,7 @@ class IterationResult:
     failed: dict[str, str] = field(default_factory=dict)
     proposal: Proposal = field(default_factory=lambda: Proposal([]))
     decision_rollouts: int = 0  # the challenger rollouts the acceptance decision cost
+    cut: bool = False  # the run's budget ended inside this iteration
 
 
 def propose_new(
@@ -89,20 +95,14 @@ def propose_new(
 
 
 def screen(
-    runner: Executor,
-    archive: Archive,
-    candidates: list[HarnessCandidate],
-    tasks: list[Task],
-    settings: SearchSettings,
-    result: IterationResult,
-    on_done: Callable[[Rollout], None] | None = None,
+    trial: Trial, candidates: list[HarnessCandidate], settings: SearchSettings, result: IterationResult
 ) -> list[HarnessCandidate]:
     """Validate and smoke-test each candidate; those that fail get a reason, the rest are returned.
 
     A candidate whose code is already in the archive (same AST, comments and docstrings ignored) is
-    recorded as a duplicate and not run again.
+    recorded as a duplicate and not run again. One that the budget left cannot smoke-test is not run.
     """
-    runnable = []
+    runnable, archive = [], trial.archive
     known = archive.fingerprints()
     for cand in candidates:
         archive.add(cand)
@@ -113,12 +113,18 @@ def screen(
             continue
         known[code_fingerprint(cand.source)] = cand.id
         problems = validate.problems(cand.source)
+        if settings.prompts_only and cand.parent and not problems:
+            problems = [why for why in [outside_text(archive.load(cand.parent).source, cand.source)] if why]
         if problems:
             archive.set_status(cand, "invalid", "; ".join(problems[:3]))
             result.failed[cand.id] = problems[0]
             continue
-        smoke = runner.run([RolloutJob(t, cand, 0) for t in tasks[: settings.smoke_tasks]], on_done)
-        result.rollouts += smoke
+        jobs = [RolloutJob(t, cand, 0) for t in trial.tasks[: settings.smoke_tasks]]
+        if not trial.fits(len(jobs)):
+            archive.set_status(cand, "unrun", "the run's budget ended before its smoke test")
+            result.failed[cand.id] = "not run: the budget ended"
+            continue
+        smoke = trial.run(jobs)
         if all(r.error is not None for r in smoke):
             archive.set_status(cand, "failed", f"smoke test: {smoke[0].error}")
             result.failed[cand.id] = smoke[0].error or ""
@@ -137,12 +143,15 @@ def judge(
     seed: int,
     result: IterationResult,
     on_done: Callable[[Rollout], None] | None = None,
+    room: int | None = None,
 ) -> Verdict:
-    """Screen the candidates, then ask the acceptance rule; every rollout lands in `result`."""
-    runnable = screen(runner, archive, candidates, tasks, settings, result, on_done)
-    trial = Trial(runner, archive, tasks, settings.rollouts_per_task, seed, on_done)
+    """Screen the candidates, then ask the acceptance rule, all within `room` rollouts (None: no limit);
+    every rollout lands in `result`."""
+    trial = Trial(runner, archive, tasks, settings.rollouts_per_task, seed, on_done, room)
+    runnable = screen(trial, candidates, settings, result)
     verdict = settings.acceptance.judge(trial, runnable, incumbent_eval) if runnable else Verdict(None, "")
     result.rollouts += trial.rollouts
+    result.cut = trial.cut
     result.evaluated += trial.evaluated
     result.decision_rollouts = verdict.decision_rollouts
     return verdict
@@ -158,9 +167,10 @@ def harness_step(
     settings: SearchSettings,
     seed: int,
     on_done: Callable[[Rollout], None] | None = None,
+    room: int | None = None,
 ) -> IterationResult:
     """One search iteration against one incumbent: propose, screen, and let the acceptance rule decide.
-    `seed` seeds the proposer's request and the rule's test."""
+    `seed` seeds the proposer's request and the rule's test; `room` caps its rollouts (the budget's end)."""
     weights = runner.weights_version
     frontier = [archive.load(cid) for cid in archive.update_frontier(weights) if cid != incumbent.id]
     parents = [incumbent, *frontier]
@@ -169,7 +179,7 @@ def harness_step(
     if not proposal.candidates:
         result.reason = f"no candidates: {proposal.note or 'the proposer returned none'}"
     candidates = proposal.candidates
-    verdict = judge(runner, archive, candidates, incumbent_eval, tasks, settings, seed, result, on_done)
+    verdict = judge(runner, archive, candidates, incumbent_eval, tasks, settings, seed, result, on_done, room)
     result.reason = verdict.reason or result.reason
     for cid, why in verdict.rejected.items():
         archive.set_status(archive.load(cid), "rejected", why)
@@ -192,11 +202,7 @@ class PopulationResult:
     accepted: bool = False  # a child replaced the leader
     reason: str = ""
     decision_rollouts: int = 0
-
-
-def by_score(evals: list[CandidateEval]) -> list[CandidateEval]:
-    """Best search score first; ties keep the cheaper, then the older member."""
-    return sorted(evals, key=lambda e: (-e.mean, e.tokens_per_rollout, e.candidate_id))
+    cut: bool = False  # the run's budget ended inside this iteration
 
 
 def population_step(
@@ -208,25 +214,30 @@ def population_step(
     settings: SearchSettings,
     iteration: int,
     on_done: Callable[[Rollout], None] | None = None,
+    room: int | None = None,
 ) -> PopulationResult:
-    """Fast-Slow's fast loop: children of the members are proposed; the acceptance rule decides whether
-    one replaces the leader (`population[0]`); the other places go to the best of the rest by search score.
+    """Fast-Slow's fast loop, GEPA-style: children of a parent drawn from the Pareto front over search
+    tasks (pareto.py) are proposed; the acceptance rule decides whether one replaces the leader
+    (`population[0]`); the other places go to the rest in Pareto order (front first).
 
     `population` must be scored under the current weights.
     """
     leader, *others = population
-    members = [leader, *by_score(others)]
-    parents = [archive.load(e.candidate_id) for e in members]
+    members = [leader, *pareto_order(others)]
+    drawn = draw_parent(members, random.Random(iteration))
+    parents = [archive.load(e.candidate_id) for e in [drawn, *(e for e in members if e is not drawn)]]
     weights = runner.weights_version
     proposal = propose_new(
         archive, proposer, parents, settings.candidates, weights, settings.brief, iteration
     )
-    step = IterationResult(parents[0], leader, False, "", proposal=proposal)
-    verdict = judge(runner, archive, proposal.candidates, leader, tasks, settings, iteration, step, on_done)
+    step = IterationResult(archive.load(leader.candidate_id), leader, False, "", proposal=proposal)
+    verdict = judge(
+        runner, archive, proposal.candidates, leader, tasks, settings, iteration, step, on_done, room
+    )
     children = {e.candidate_id: e for e in step.evaluated}
     if verdict.accepted:
         leader, others = children.pop(verdict.accepted), [leader, *others]
-    rest = by_score(others + list(children.values()))
+    rest = pareto_order(others + list(children.values()))
     survivors = [leader, *rest[: max(1, settings.population) - 1]]
     for ev in [leader, *rest]:
         if archive.meta(ev.candidate_id)["status"] != "seed":
@@ -242,6 +253,7 @@ def population_step(
         verdict.accepted is not None,
         verdict.reason,
         verdict.decision_rollouts,
+        step.cut,
     )
 
 

@@ -88,6 +88,14 @@ class WeightStepResult:
     kl: float | None = None  # mean per-token KL to the phase-start weights (None without a reference)
 
 
+def step_line(result: WeightStepResult, served: str) -> str:
+    """What a weight step did, in one console line (`served`: the weights version after it)."""
+    measured = [("KL", result.kl), ("margin", result.margin), ("|A|", result.mean_abs_advantage)]
+    extra = "".join(f", {name} {value:.4f}" for name, value in measured if value is not None)
+    trained = f"loss {result.loss:.3f}{extra}" if result.optimizer_steps else f"no update: {served} stays"
+    return f"train reward {result.train_reward:.3f}, kept {result.kept}/{len(result.rollouts)}, {trained}"
+
+
 def build_batch(
     rollouts: list[Rollout],
     algorithm: str,
