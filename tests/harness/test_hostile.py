@@ -541,7 +541,42 @@ CASES = [
     Case(
         "garbage_on_the_channel",
         body("llm._channel.w.write(bytes([0, 0, 0, 5]) + b'hello')", "return '1'"),
-        r"protocol: unexpected message",
+        r"protocol: unreadable message \(JSONDecodeError\)$",
+        True,
+    ),
+    # the parent trusts nothing it reads (issue 23)
+    Case(
+        "one_deeply_nested_frame",
+        body(
+            "data = b'[' * 200_000",
+            "llm._channel.w.write(len(data).to_bytes(4, 'big') + data)",
+            "llm._channel.w.flush()",
+            "return '1'",
+        ),  # fmt: skip
+        r"protocol: unreadable message \(RecursionError\)$",
+        True,
+    ),
+    Case(
+        "flood_of_requests_never_reading_the_replies",
+        body(
+            'frame = b\'{"op": "tool", "name": "add", "args": [1, 2], "kwargs": {}}\'',
+            "for _ in range(60_000):",
+            "    llm._channel.w.write(len(frame).to_bytes(4, 'big') + frame)",
+            "llm._channel.w.flush()",
+            "return '1'",
+        ),  # fmt: skip
+        r"protocol: the worker stopped reading what it is sent$",
+        True,
+    ),
+    Case(
+        "a_second_chat_before_the_first_is_answered",
+        body(
+            'frame = b\'{"op": "chat", "messages": [{"role": "user", "content": "x"}]}\'',
+            "llm._channel.w.write((len(frame).to_bytes(4, 'big') + frame) * 2)",
+            "llm._channel.w.flush()",
+            "return '1'",
+        ),  # fmt: skip
+        r"protocol: a chat request before the reply to the one in flight$",
         True,
     ),
 ]

@@ -80,6 +80,30 @@ def test_good_harness_is_rewarded_by_the_parent_side_verifier(make_runner, add_d
     assert runner.engine_calls == len(fake_engine.batch_sizes)
 
 
+def test_a_worker_never_runs_a_second_candidate(make_runner, add_domain):
+    """Workers are reused within one candidate only: one that got past the Python layers could leave an
+    implant (a rewritten Channel.send) for the rollouts of the next candidate."""
+    runner = make_runner(workers=2)
+    served: dict[int, list[str]] = {}  # worker pid -> the candidates it was handed
+    take = runner._take_worker
+
+    def recording_take(owner):
+        w = take(owner)
+        served.setdefault(w.proc.pid, []).append(owner)
+        return w
+
+    runner._take_worker = recording_take
+    seed = add_domain.seed_harness()
+    twin = harness(seed + "\nY = 1\n", "a")  # the same id with other code is another candidate
+    jobs = [RolloutJob(t, h, s) for h in (harness(seed, "a"), harness(seed + "\nX = 1\n", "b"), twin)
+            for t in add_domain.tasks[:4] for s in range(2)]  # fmt: skip
+    assert all(r.reward == 1.0 for r in runner.run(jobs))
+    assert all(len(set(owners)) == 1 for owners in served.values()), served
+    assert len({owners[0] for owners in served.values()}) == 3
+    assert any(len(owners) > 1 for owners in served.values())  # reused within a candidate
+    assert len(runner.idle) <= 2  # no more idle workers kept than the pool's size
+
+
 def test_wrong_answer_gets_zero_reward_without_error(make_runner, add_domain):
     runner = make_runner(workers=1)
     (r,) = runner.run([RolloutJob(add_domain.tasks[2], harness(body("return '999999'")), 0)])
