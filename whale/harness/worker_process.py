@@ -61,8 +61,9 @@ def spawn_worker(memory_mb: int, cpu_s: int) -> WorkerProcess:
         "PYTHONHASHSEED": "0",
         "WHALE_PARENT_PID": str(os.getpid()),
     }
-    if os.environ.get("WHALE_LANDLOCK"):
-        env["WHALE_LANDLOCK"] = os.environ["WHALE_LANDLOCK"]
+    for switch in ("WHALE_LANDLOCK", "WHALE_SECCOMP"):
+        if os.environ.get(switch):
+            env[switch] = os.environ[switch]
     proc = subprocess.Popen(
         [
             sys.executable,
