@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import pytest
+from conftest import AddDomain, AddToolbox
 
 from tests.processes import group_alive
 from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutRunner
+from whale.harness.task import Task
 from whale.model.engine import SamplingParams
 from whale.model.fast_engine import FastEngine
 from whale.model.hf_engine import HFEngine
@@ -102,6 +105,41 @@ def test_a_worker_never_runs_a_second_candidate(make_runner, add_domain):
     assert len({owners[0] for owners in served.values()}) == 3
     assert any(len(owners) > 1 for owners in served.values())  # reused within a candidate
     assert len(runner.idle) <= 2  # no more idle workers kept than the pool's size
+
+
+class SlowToolbox(AddToolbox):
+    """`add` as before, and `slow`, which holds the parent (tools run in its loop) for 2.5 s."""
+
+    names = ("add", "slow")
+
+    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if name == "slow":
+            time.sleep(2.5)
+            return 0
+        return super().call(name, args, kwargs)
+
+
+class SlowToolDomain(AddDomain):
+    def toolbox(self, task: Task) -> SlowToolbox:
+        return SlowToolbox()
+
+
+def test_one_candidates_slow_tools_do_not_time_out_the_rollouts_of_others(fake_engine):
+    """While the parent serves one worker's tool call it reads no other worker's messages; that time
+    does not count against their step clocks (2 s here, against 5 s of another candidate's tool calls)."""
+    domain = SlowToolDomain(4)
+    runner = RolloutRunner(fake_engine, domain, SAMPLING, RunnerLimits(workers=4, step_timeout_s=2.0), seed=3)
+    hog = harness(body("for _ in range(2):", "    tools.slow()", "return '0'"), "hog")
+    good = harness(domain.seed_harness(), "good")
+    try:
+        rollouts = runner.run(
+            [RolloutJob(domain.tasks[0], hog, 0)] + [RolloutJob(t, good, 0) for t in domain.tasks[1:]]
+        )
+    finally:
+        runner.close()
+    assert rollouts[0].error is None and len(rollouts[0].tool_calls) == 2
+    assert [(r.error, r.reward) for r in rollouts[1:]] == [(None, 1.0)] * 3
+    assert rollouts[0].timings["wall_s"] >= 5.0  # its own wall clock is still the wall clock
 
 
 def test_wrong_answer_gets_zero_reward_without_error(make_runner, add_domain):

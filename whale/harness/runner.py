@@ -87,6 +87,7 @@ class RolloutRunner:
         self.seed = seed
         self.engine_calls = 0
         self.idle: list[WorkerProcess] = []
+        self._busy: dict[int, tuple[int, WorkerProcess]] = {}  # the running batch's, for _pause_clocks
         self.selector = selectors.DefaultSelector()
         self.sandbox: dict[str, Any] | None = None  # the latest worker's sandbox status
         self.sandbox_problems: list[str] = []  # sandbox layers some worker could not apply
@@ -109,6 +110,7 @@ class RolloutRunner:
         queue = deque(enumerate(jobs))
         results: dict[int, Rollout] = {}
         busy: dict[int, tuple[int, WorkerProcess]] = {}  # fd -> (job index, worker)
+        self._busy = busy
         try:
             self._drive(queue, results, busy, on_done)
         except BaseException:
@@ -181,7 +183,7 @@ class RolloutRunner:
         source = hashlib.sha256(job.harness.source.encode("utf-8", "replace")).hexdigest()[:16]
         w = self._take_worker(f"{job.harness.id}:{source}")
         now = time.monotonic()
-        w.job, w.task, w.started, w.resumed, w.request = job, job.task, now, now, None
+        w.job, w.task, w.began, w.started, w.resumed, w.request = job, job.task, now, now, now, None
         w.verify = job.verify
         w.secret = secrets.token_hex(16)
         w.rollout = Rollout(job.task.id, job.harness.id, self.engine.weights_version, job.sample)
@@ -366,7 +368,9 @@ class RolloutRunner:
                 )
             self._send(w, {"op": "error", "message": message})
             return
+        began = time.monotonic()
         call = run_tool(w.toolbox, msg, self.limits)
+        self._pause_clocks(w, time.monotonic() - began)
         call.after_calls = len(w.rollout.calls)
         calls.append(call)
         w.resumed = time.monotonic()
@@ -374,6 +378,15 @@ class RolloutRunner:
             self._send(w, {"op": "error", "message": call.error})
         else:
             self._send(w, {"op": "tool_result", "value": call.result})
+
+    def _pause_clocks(self, served: WorkerProcess, seconds: float) -> None:
+        """Tools run in the parent's loop: while one worker's tool call held it, no other worker's message
+        could be read, so that time is not theirs. Their step and rollout clocks skip it, and one
+        candidate's slow tool calls cannot time out the rollouts of others."""
+        for _, w in self._busy.values():
+            if w is not served:
+                w.resumed += seconds
+                w.started += seconds
 
     def _next_deadline(self, busy: dict[int, tuple[int, WorkerProcess]]) -> float:
         now = time.monotonic()
@@ -402,7 +415,7 @@ class RolloutRunner:
                 rollout.reward = float(self.domain.verify(w.task, rollout.answer, w.toolbox))
             except Exception as exc:  # noqa: BLE001 - a harness-chosen answer must not crash the run
                 rollout.error = f"verify: the verifier raised {type(exc).__name__}: {str(exc)[:300]}"
-        rollout.timings["wall_s"] = time.monotonic() - w.started
+        rollout.timings["wall_s"] = time.monotonic() - w.began
         w.rollout, w.toolbox, w.task, w.served = None, None, None, w.served + 1
         reusable = rollout.error is None or rollout.error.startswith(REUSABLE_AFTER)
         if reusable and not w.retire and w.proc.poll() is None and w.served < self.limits.rollouts_per_worker:

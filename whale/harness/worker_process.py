@@ -39,8 +39,9 @@ class WorkerProcess:
     rollout: Rollout | None = None
     toolbox: Toolbox | None = None
     request: dict[str, Any] | None = None  # queued chat request, when waiting on the model
-    started: float = 0.0
-    resumed: float = 0.0
+    began: float = 0.0  # wall clock at the job's start
+    started: float = 0.0  # the rollout clock: the job's start, moved on by time the parent was not its
+    resumed: float = 0.0  # the step clock: the last model or tool reply, moved on likewise
     served: int = 0
     secret: str = ""  # the current job's; only a done message that carries it ends the rollout
     sandbox: dict[str, Any] | None = None  # what the worker's hello said about its OS sandbox
