@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.processes import group_alive
-from whale.harness import confine, landlock, pysandbox, restricted, validate
+from whale.harness import confine, landlock, pysandbox, restricted, seccomp, validate
 from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutRunner
@@ -541,7 +541,42 @@ CASES = [
     Case(
         "garbage_on_the_channel",
         body("llm._channel.w.write(bytes([0, 0, 0, 5]) + b'hello')", "return '1'"),
-        r"protocol: unexpected message",
+        r"protocol: unreadable message \(JSONDecodeError\)$",
+        True,
+    ),
+    # the parent trusts nothing it reads (issue 23)
+    Case(
+        "one_deeply_nested_frame",
+        body(
+            "data = b'[' * 200_000",
+            "llm._channel.w.write(len(data).to_bytes(4, 'big') + data)",
+            "llm._channel.w.flush()",
+            "return '1'",
+        ),  # fmt: skip
+        r"protocol: unreadable message \(RecursionError\)$",
+        True,
+    ),
+    Case(
+        "flood_of_requests_never_reading_the_replies",
+        body(
+            'frame = b\'{"op": "tool", "name": "add", "args": [1, 2], "kwargs": {}}\'',
+            "for _ in range(60_000):",
+            "    llm._channel.w.write(len(frame).to_bytes(4, 'big') + frame)",
+            "llm._channel.w.flush()",
+            "return '1'",
+        ),  # fmt: skip
+        r"protocol: the worker stopped reading what it is sent$",
+        True,
+    ),
+    Case(
+        "a_second_chat_before_the_first_is_answered",
+        body(
+            'frame = b\'{"op": "chat", "messages": [{"role": "user", "content": "x"}]}\'',
+            "llm._channel.w.write((len(frame).to_bytes(4, 'big') + frame) * 2)",
+            "llm._channel.w.flush()",
+            "return '1'",
+        ),  # fmt: skip
+        r"protocol: a chat request before the reply to the one in flight$",
         True,
     ),
 ]
@@ -680,6 +715,7 @@ print(json.dumps(out))
 
 def probe(directory: str, port: int, landlock_setting: str) -> dict[str, Any]:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "WHALE_LANDLOCK": landlock_setting}
+    env["WHALE_SECCOMP"] = "off"  # Landlock alone is measured here (seccomp would refuse the sockets too)
     done = subprocess.run(
         [sys.executable, "-s", "-c", PROBE, directory, str(port)],
         capture_output=True, text=True, env=env, cwd="/", timeout=60,
@@ -710,7 +746,8 @@ def test_landlock_alone_refuses_files_and_tcp_that_permissions_allow() -> None:
         assert confined["status"]["landlock"] == abi and confined["status"]["filesystem"] is True
         assert (confined["write"], confined["read"]) == ("PermissionError", "PermissionError")
         if abi >= 4:
-            assert confined["status"]["network"] is True and confined["status"]["problems"] == []
+            assert confined["status"]["network"] is True
+            assert confined["status"]["problems"] == ["seccomp disabled by WHALE_SECCOMP=off"]
             assert (confined["connect"], confined["bind"]) == ("PermissionError", "PermissionError")
         if os.geteuid() == 0:
             assert confined["status"]["uid"] == confine.NOBODY
@@ -729,6 +766,7 @@ def test_workers_report_the_sandbox_they_run_in(add_domain, fake_engine) -> None
     abi = landlock.abi_version()
     assert runner.sandbox["landlock"] == abi and runner.sandbox["filesystem"] is True
     assert runner.sandbox["network"] is (abi >= 4)
+    assert runner.sandbox["seccomp"] is seccomp.supported()
     assert runner.sandbox_problems == ([] if abi >= 4 else [f"Landlock ABI {abi} < 4: TCP is not restricted"])
 
 

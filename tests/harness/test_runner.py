@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import pytest
+from conftest import AddDomain, AddToolbox
 
 from tests.processes import group_alive
 from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutRunner
+from whale.harness.task import Task
 from whale.model.engine import SamplingParams
 from whale.model.fast_engine import FastEngine
 from whale.model.hf_engine import HFEngine
@@ -78,6 +81,65 @@ def test_good_harness_is_rewarded_by_the_parent_side_verifier(make_runner, add_d
         assert r.generated_tokens == 4
     assert len(runner.spawned) == 2  # 8 jobs on 2 workers: workers are reused
     assert runner.engine_calls == len(fake_engine.batch_sizes)
+
+
+def test_a_worker_never_runs_a_second_candidate(make_runner, add_domain):
+    """Workers are reused within one candidate only: one that got past the Python layers could leave an
+    implant (a rewritten Channel.send) for the rollouts of the next candidate."""
+    runner = make_runner(workers=2)
+    served: dict[int, list[str]] = {}  # worker pid -> the candidates it was handed
+    take = runner._take_worker
+
+    def recording_take(owner):
+        w = take(owner)
+        served.setdefault(w.proc.pid, []).append(owner)
+        return w
+
+    runner._take_worker = recording_take
+    seed = add_domain.seed_harness()
+    twin = harness(seed + "\nY = 1\n", "a")  # the same id with other code is another candidate
+    jobs = [RolloutJob(t, h, s) for h in (harness(seed, "a"), harness(seed + "\nX = 1\n", "b"), twin)
+            for t in add_domain.tasks[:4] for s in range(2)]  # fmt: skip
+    assert all(r.reward == 1.0 for r in runner.run(jobs))
+    assert all(len(set(owners)) == 1 for owners in served.values()), served
+    assert len({owners[0] for owners in served.values()}) == 3
+    assert any(len(owners) > 1 for owners in served.values())  # reused within a candidate
+    assert len(runner.idle) <= 2  # no more idle workers kept than the pool's size
+
+
+class SlowToolbox(AddToolbox):
+    """`add` as before, and `slow`, which holds the parent (tools run in its loop) for 2.5 s."""
+
+    names = ("add", "slow")
+
+    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if name == "slow":
+            time.sleep(2.5)
+            return 0
+        return super().call(name, args, kwargs)
+
+
+class SlowToolDomain(AddDomain):
+    def toolbox(self, task: Task) -> SlowToolbox:
+        return SlowToolbox()
+
+
+def test_one_candidates_slow_tools_do_not_time_out_the_rollouts_of_others(fake_engine):
+    """While the parent serves one worker's tool call it reads no other worker's messages; that time
+    does not count against their step clocks (2 s here, against 5 s of another candidate's tool calls)."""
+    domain = SlowToolDomain(4)
+    runner = RolloutRunner(fake_engine, domain, SAMPLING, RunnerLimits(workers=4, step_timeout_s=2.0), seed=3)
+    hog = harness(body("for _ in range(2):", "    tools.slow()", "return '0'"), "hog")
+    good = harness(domain.seed_harness(), "good")
+    try:
+        rollouts = runner.run(
+            [RolloutJob(domain.tasks[0], hog, 0)] + [RolloutJob(t, good, 0) for t in domain.tasks[1:]]
+        )
+    finally:
+        runner.close()
+    assert rollouts[0].error is None and len(rollouts[0].tool_calls) == 2
+    assert [(r.error, r.reward) for r in rollouts[1:]] == [(None, 1.0)] * 3
+    assert rollouts[0].timings["wall_s"] >= 5.0  # its own wall clock is still the wall clock
 
 
 def test_wrong_answer_gets_zero_reward_without_error(make_runner, add_domain):

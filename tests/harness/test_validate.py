@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import whale
-from whale.harness import validate
+from whale.harness import parsing
 from whale.harness.validate import HarnessInvalid, check, problems
 
 SEED = (Path(whale.__file__).parent / "domains" / "harnesses" / "math_seed.py").read_text()
@@ -96,7 +96,7 @@ def test_syntax_error_is_reported_with_its_line():
 
 
 def test_oversized_source_is_refused():
-    source = RUN + "# " + "x" * validate.MAX_SOURCE_BYTES + "\n"
+    source = RUN + "# " + "x" * parsing.MAX_SOURCE_BYTES + "\n"
     found = problems(source)
     assert len(found) == 1 and "limit" in found[0]
 

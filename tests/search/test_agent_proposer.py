@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -231,3 +232,21 @@ def test_presets_and_usage_parsing():
     events = json.dumps(turn) + "\n"
     assert parse_usage(events * 2, "")[:2] == (20, 0.0)
     assert parse_usage("", "")[:2] == (0, 0.0)
+
+
+def test_a_careless_agent_cannot_crash_the_run_or_fill_the_disk(archive, monkeypatch):
+    """1,200-deep folders (os.walk and shutil.rmtree recurse once per level), a flood on stdout, and a
+    negative self-reported cost: the session ends, its proposal is read, the budget never grows."""
+    monkeypatch.setattr("whale.search.agent_proposer.MAX_OUTPUT_BYTES", 1 << 20)
+    usage, before = ProposerUsage(), set(Path(tempfile.gettempdir()).glob("whale-agent-*"))
+    proposal = AgentProposer(config("unruly.py", str(8 << 20)), usage).propose(request(archive))
+    assert len(proposal.candidates) == 1 and "violation" not in proposal.note, proposal.note
+    assert usage.tokens == 0 and usage.usd == 0.0  # not -5,000,000 and $-1000
+    folder = only_session(archive)
+    assert (folder / "stdout.txt").stat().st_size <= 1 << 20  # the flood was cut at the cap
+    assert set(Path(tempfile.gettempdir()).glob("whale-agent-*")) == before  # the deep workspace is gone
+
+
+def test_negative_usage_is_not_counted():
+    report = {"type": "result", "total_cost_usd": -3.0, "usage": {"input_tokens": -10, "output_tokens": 4}}
+    assert parse_usage(json.dumps(report), "")[:2] == (4, 0.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,12 @@ def load_agent(folder: str | Path, temperature: float | None = None) -> Agent:
     from whale.rollout.executor import build_runner
 
     cfg = bundle_config(folder, manifest, temperature)
+    if cfg.domain.file:  # the manifest's hashes say the files are unchanged, not who wrote them
+        print(
+            f"whale: warning: {folder / 'domain.py'} is a domain file: it runs in this process, unsandboxed "
+            "(load bundles you trust only)",
+            file=sys.stderr,
+        )
     source = (folder / "harness.py").read_text()
     problems = validate.problems(source)
     if problems:

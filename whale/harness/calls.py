@@ -29,6 +29,7 @@ class RunnerLimits:
     max_prompt_chars: int = 100_000  # one llm.chat request, all message contents together
     max_stop_strings: int = 16
     max_tool_arg_chars: int = 100_000  # one tool call's arguments, as JSON
+    max_tool_result_chars: int = 256_000  # one tool call's result, as JSON
     max_answer_chars: int = 100_000
 
 
@@ -119,7 +120,9 @@ def run_tool(toolbox: Toolbox, msg: dict[str, Any], limits: RunnerLimits) -> Too
     else:
         try:
             call.result = toolbox.call(name, call.args, call.kwargs)
-            json.dumps(call.result)
+            chars = len(json.dumps(call.result))
+            if chars > limits.max_tool_result_chars:
+                call.error = f"tool {name} returned {chars} characters (limit {limits.max_tool_result_chars})"
         except ToolError as exc:
             call.error = str(exc)
         except (TypeError, ValueError) as exc:

@@ -1,6 +1,7 @@
 """The sandbox's OS layers, applied by a worker to itself after its imports: rlimits, Landlock (files,
-then network), the switch to nobody, death with the parent, and the audit hook that refuses system
-access once harness code may run."""
+then network), the switch to nobody, death with the parent, a seccomp filter (seccomp.py: no sockets,
+no new programs or processes, no tracing), and the audit hook that refuses system access once harness
+code may run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import resource
 import string
 import sys
 from typing import Any
+
+from whale.harness import seccomp
 
 NOBODY = 65534
 
@@ -107,6 +110,15 @@ def confine() -> dict[str, Any]:
             status["problems"].append(f"still root (RLIMIT_NPROC does not bind root): {exc}")
         die_with_parent()  # a change of credentials clears the parent-death signal: set it again
     status["uid"] = os.geteuid()
+    status["seccomp"] = False
+    if os.environ.get("WHALE_SECCOMP", "on") == "off":
+        status["problems"].append("seccomp disabled by WHALE_SECCOMP=off")
+    else:
+        try:
+            seccomp.install()  # last: the switch to nobody above needs calls it may refuse
+            status["seccomp"] = True
+        except (OSError, RuntimeError, AttributeError) as exc:
+            status["problems"].append(f"seccomp not applied: {exc}")
     return status
 
 

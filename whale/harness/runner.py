@@ -32,6 +32,7 @@ applied, the runner says so once on stderr and lists it in `sandbox_problems`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -48,6 +49,8 @@ from whale.harness.confine import report_degraded, sandbox_status_problems
 from whale.harness.records import ModelCall, Rollout, ToolCall
 from whale.harness.task import Verifier
 from whale.harness.worker_process import (
+    REPLY_WAIT_S,
+    START_WAIT_S,
     WorkerProcess,
     capped_logs,
     exit_reason,
@@ -84,6 +87,7 @@ class RolloutRunner:
         self.seed = seed
         self.engine_calls = 0
         self.idle: list[WorkerProcess] = []
+        self._busy: dict[int, tuple[int, WorkerProcess]] = {}  # the running batch's, for _pause_clocks
         self.selector = selectors.DefaultSelector()
         self.sandbox: dict[str, Any] | None = None  # the latest worker's sandbox status
         self.sandbox_problems: list[str] = []  # sandbox layers some worker could not apply
@@ -106,6 +110,7 @@ class RolloutRunner:
         queue = deque(enumerate(jobs))
         results: dict[int, Rollout] = {}
         busy: dict[int, tuple[int, WorkerProcess]] = {}  # fd -> (job index, worker)
+        self._busy = busy
         try:
             self._drive(queue, results, busy, on_done)
         except BaseException:
@@ -143,8 +148,8 @@ class RolloutRunner:
                         on_done(results[index])
             for fd, (index, w) in list(busy.items()):
                 reason = self._overdue(w)
-                if reason:
-                    results[index] = self._fail(w, busy, fd, reason)
+                if reason or w.job is None:  # or ended by a protocol error while it was being answered
+                    results[index] = self._fail(w, busy, fd, reason) if reason else self._finish(w, busy, fd)
                     if on_done:
                         on_done(results[index])
             waiting = [w for _, w in busy.values() if w.request is not None]
@@ -160,37 +165,47 @@ class RolloutRunner:
     def _spawn(self) -> WorkerProcess:
         return spawn_worker(self.limits.memory_mb, self.limits.cpu_s)
 
-    def _take_worker(self) -> WorkerProcess:
-        """An idle worker with nothing unread in its pipe (anything there would not belong to the next
-        job), else a fresh one."""
-        while self.idle:
-            w = self.idle.pop()
+    def _take_worker(self, owner: str) -> WorkerProcess:
+        """An idle worker that ran this same candidate before, with nothing unread in its pipe (anything
+        there would not belong to the next job), else a fresh one. A worker never serves two candidates:
+        one that got past the Python layers could leave an implant for the next (issue 23)."""
+        for w in [w for w in reversed(self.idle) if w.owner == owner]:
+            self.idle.remove(w)
             pending = w.buf or select.select([w.proc.stdout], [], [], 0)[0]
             if w.proc.poll() is None and not pending:
                 return w
             kill_worker(w)
-        return self._spawn()
+        w = self._spawn()
+        w.owner = owner
+        return w
 
     def _start_job(self, job: RolloutJob) -> WorkerProcess:
-        w = self._take_worker()
+        source = hashlib.sha256(job.harness.source.encode("utf-8", "replace")).hexdigest()[:16]
+        w = self._take_worker(f"{job.harness.id}:{source}")
         now = time.monotonic()
-        w.job, w.task, w.started, w.resumed, w.request = job, job.task, now, now, None
+        w.job, w.task, w.began, w.started, w.resumed, w.request = job, job.task, now, now, now, None
         w.verify = job.verify
         w.secret = secrets.token_hex(16)
         w.rollout = Rollout(job.task.id, job.harness.id, self.engine.weights_version, job.sample)
         w.toolbox = self.domain.toolbox(job.task)
         self.selector.register(w.proc.stdout, selectors.EVENT_READ)
-        send_frame(
-            w,
-            {
-                "op": "run",
-                "code": job.harness.source,
-                "task": job.task.inputs,
-                "tools": list(w.toolbox.names),
-                "secret": w.secret,
-            },
-        )
+        run = {
+            "op": "run", "code": job.harness.source, "task": job.task.inputs, "tools": list(w.toolbox.names),
+            "secret": w.secret,
+        }  # fmt: skip
+        self._send(w, run, START_WAIT_S)
         return w
+
+    def _send(self, w: WorkerProcess, msg: dict[str, Any], wait_s: float = REPLY_WAIT_S) -> None:
+        """A frame to the worker; one it does not take in time (it is not reading) ends its rollout."""
+        if not send_frame(w, msg, wait_s):
+            self._protocol_error(w, "the worker stopped reading what it is sent")
+
+    def _protocol_error(self, w: WorkerProcess, why: str) -> None:
+        """Only harness code misusing the pipe gets here: the worker dies, the rollout fails with `why`."""
+        kill_worker(w)
+        w.rollout.error = w.rollout.error or f"protocol: {why}"
+        w.job = None
 
     def _pump(self, w: WorkerProcess) -> bool:
         """Read what the worker wrote and handle complete frames. False when the worker is gone."""
@@ -216,14 +231,13 @@ class RolloutRunner:
             del w.buf[: 4 + size]
             try:
                 msg = json.loads(frame)
-            except ValueError:
-                msg = {"op": "invalid"}
+            except Exception as exc:  # noqa: BLE001 - 200 KB of '[' raise RecursionError, not ValueError
+                self._protocol_error(w, f"unreadable message ({type(exc).__name__})")
+                break
             try:
                 self._handle(w, msg)
-            except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
-                kill_worker(w)  # a malformed message: only harness code writing to the pipe makes one
-                w.rollout.error = f"protocol: malformed message ({type(exc).__name__}: {str(exc)[:200]})"
-                w.job = None
+            except Exception as exc:  # noqa: BLE001 - whatever a forged message makes the parent raise
+                self._protocol_error(w, f"malformed message ({type(exc).__name__}: {str(exc)[:200]})")
             if w.job is None:
                 break
         return True
@@ -234,10 +248,13 @@ class RolloutRunner:
             if w.sandbox is None:  # only the hello a fresh worker sends before any harness runs counts
                 self._note_sandbox(w, msg.get("sandbox"))
             return
+        if op in ("chat", "tool") and (w.request is not None or w.handles):
+            self._protocol_error(w, f"a {op} request before the reply to the one in flight")
+            return
         if op == "chat":
             error = chat_problem(msg, len(w.rollout.calls), self.limits)
             if error:
-                send_frame(w, {"op": "error", "message": error})
+                self._send(w, {"op": "error", "message": error})
             else:
                 w.request = msg
             return
@@ -335,7 +352,7 @@ class RolloutRunner:
             w.rollout.calls.append(call)
             texts.append(g.text)
         w.request, w.resumed = None, time.monotonic()
-        send_frame(w, {"op": "chat_result", "texts": texts})
+        self._send(w, {"op": "chat_result", "texts": texts})
 
     def _serve_tool(self, w: WorkerProcess, msg: dict[str, Any]) -> None:
         calls, cap = w.rollout.tool_calls, self.limits.max_tool_calls
@@ -349,16 +366,27 @@ class RolloutRunner:
                         str(msg.get("name"))[:100], [], {}, error=message, after_calls=len(w.rollout.calls)
                     )
                 )
-            send_frame(w, {"op": "error", "message": message})
+            self._send(w, {"op": "error", "message": message})
             return
+        began = time.monotonic()
         call = run_tool(w.toolbox, msg, self.limits)
+        self._pause_clocks(w, time.monotonic() - began)
         call.after_calls = len(w.rollout.calls)
         calls.append(call)
         w.resumed = time.monotonic()
         if call.error is not None:
-            send_frame(w, {"op": "error", "message": call.error})
+            self._send(w, {"op": "error", "message": call.error})
         else:
-            send_frame(w, {"op": "tool_result", "value": call.result})
+            self._send(w, {"op": "tool_result", "value": call.result})
+
+    def _pause_clocks(self, served: WorkerProcess, seconds: float) -> None:
+        """Tools run in the parent's loop: while one worker's tool call held it, no other worker's message
+        could be read, so that time is not theirs. Their step and rollout clocks skip it, and one
+        candidate's slow tool calls cannot time out the rollouts of others."""
+        for _, w in self._busy.values():
+            if w is not served:
+                w.resumed += seconds
+                w.started += seconds
 
     def _next_deadline(self, busy: dict[int, tuple[int, WorkerProcess]]) -> float:
         now = time.monotonic()
@@ -387,11 +415,13 @@ class RolloutRunner:
                 rollout.reward = float(self.domain.verify(w.task, rollout.answer, w.toolbox))
             except Exception as exc:  # noqa: BLE001 - a harness-chosen answer must not crash the run
                 rollout.error = f"verify: the verifier raised {type(exc).__name__}: {str(exc)[:300]}"
-        rollout.timings["wall_s"] = time.monotonic() - w.started
+        rollout.timings["wall_s"] = time.monotonic() - w.began
         w.rollout, w.toolbox, w.task, w.served = None, None, None, w.served + 1
         reusable = rollout.error is None or rollout.error.startswith(REUSABLE_AFTER)
         if reusable and not w.retire and w.proc.poll() is None and w.served < self.limits.rollouts_per_worker:
             self.idle.append(w)
+            while len(self.idle) > self.limits.workers:  # the longest idle goes first
+                kill_worker(self.idle.pop(0))
         else:
             kill_worker(w)
         return rollout

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+from whale.harness.parsing import Unparsable, parse_untrusted
+
 ALLOWED_IMPORTS = frozenset(
     {"re", "math", "json", "collections", "itertools", "functools", "statistics", "random", "string"}
 )
@@ -23,7 +25,6 @@ FORBIDDEN_ATTRIBUTES = frozenset(
         "tb_next", "co_code", "func_globals",
     }
 )  # fmt: skip
-MAX_SOURCE_BYTES = 64_000
 
 
 class HarnessInvalid(ValueError):
@@ -49,14 +50,12 @@ def code_problems(source: str) -> list[str]:
 
 
 def _scan(source: str) -> tuple[list[str], ast.Module | None]:
-    if len(source.encode()) > MAX_SOURCE_BYTES:
-        return [f"source is {len(source.encode())} bytes, over the {MAX_SOURCE_BYTES}-byte limit"], None
     try:
-        tree = ast.parse(source)
+        tree = parse_untrusted(source)
+    except Unparsable as exc:
+        return [f"line {exc.lineno}: {exc.msg}" if exc.lineno else exc.msg], None
     except SyntaxError as exc:
         return [f"line {exc.lineno or 1}: syntax error: {exc.msg}"], None
-    except ValueError as exc:  # e.g. a NUL byte in the source
-        return [f"line {source[: source.find(chr(0))].count(chr(10)) + 1}: {exc}"], None
     found: list[str] = []
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)

@@ -3,12 +3,16 @@ is started, written to and killed. What crosses the pipe is JSON frames only (ne
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import select
 import signal
 import struct
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,10 @@ from whale.harness.records import Rollout
 from whale.harness.restricted import MAX_LOG_CHARS, MAX_LOG_ENTRIES
 from whale.harness.task import Task, Toolbox
 from whale.model.engine import Generation, GenerationRequest
+
+PIPE_BYTES = 1 << 20  # parent-to-worker pipe: room for any one reply, so a worker that reads never fills it
+START_WAIT_S = 10.0  # how long the parent waits to hand a job to a worker that sits in its read loop
+REPLY_WAIT_S = 1.0  # ... and a reply to a worker that asked for it (a worker that reads takes it at once)
 
 
 @dataclass
@@ -31,8 +39,9 @@ class WorkerProcess:
     rollout: Rollout | None = None
     toolbox: Toolbox | None = None
     request: dict[str, Any] | None = None  # queued chat request, when waiting on the model
-    started: float = 0.0
-    resumed: float = 0.0
+    began: float = 0.0  # wall clock at the job's start
+    started: float = 0.0  # the rollout clock: the job's start, moved on by time the parent was not its
+    resumed: float = 0.0  # the step clock: the last model or tool reply, moved on likewise
     served: int = 0
     secret: str = ""  # the current job's; only a done message that carries it ends the rollout
     sandbox: dict[str, Any] | None = None  # what the worker's hello said about its OS sandbox
@@ -41,6 +50,7 @@ class WorkerProcess:
     handles: dict[int, tuple[int, GenerationRequest]] = field(default_factory=dict)
     results: list[tuple[GenerationRequest, Generation] | None] = field(default_factory=list)
     verify: bool = True  # the current job's
+    owner: str = ""  # the one candidate (id and code) this worker runs; it never runs another
 
 
 def spawn_worker(memory_mb: int, cpu_s: int) -> WorkerProcess:
@@ -52,8 +62,9 @@ def spawn_worker(memory_mb: int, cpu_s: int) -> WorkerProcess:
         "PYTHONHASHSEED": "0",
         "WHALE_PARENT_PID": str(os.getpid()),
     }
-    if os.environ.get("WHALE_LANDLOCK"):
-        env["WHALE_LANDLOCK"] = os.environ["WHALE_LANDLOCK"]
+    for switch in ("WHALE_LANDLOCK", "WHALE_SECCOMP"):
+        if os.environ.get(switch):
+            env[switch] = os.environ[switch]
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -70,17 +81,32 @@ def spawn_worker(memory_mb: int, cpu_s: int) -> WorkerProcess:
         env=env,
         cwd="/",
     )
+    fd = proc.stdin.fileno()
+    with contextlib.suppress(OSError):  # a larger pipe where the kernel allows it; 64 KB otherwise
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    os.set_blocking(fd, False)
     return WorkerProcess(proc)
 
 
-def send_frame(w: WorkerProcess, msg: dict[str, Any]) -> None:
-    """One length-prefixed JSON frame to the worker."""
+def send_frame(w: WorkerProcess, msg: dict[str, Any], wait_s: float = 0.0) -> bool:
+    """One length-prefixed JSON frame to the worker, without ever blocking the parent for more than
+    `wait_s`. False when the frame did not fit: the worker is not reading what it is sent (a worker that
+    is waiting for a reply has an empty pipe, PIPE_BYTES deep), and the stream is now cut mid-frame."""
     data = json.dumps(msg, default=str).encode()
+    view = memoryview(struct.pack(">I", len(data)) + data)
+    deadline = time.monotonic() + wait_s
+    fd = w.proc.stdin.fileno()
     try:
-        w.proc.stdin.write(struct.pack(">I", len(data)) + data)
-        w.proc.stdin.flush()
-    except (BrokenPipeError, OSError):
-        pass  # the worker died; its EOF is seen by the select loop
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([], [fd], [], left)[1]:
+                    return False
+    except (BrokenPipeError, OSError, ValueError):
+        pass  # the worker died (or was killed and its pipe closed); its EOF is seen by the select loop
+    return True
 
 
 def kill_worker(w: WorkerProcess) -> None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import subprocess
 import tempfile
 import time
@@ -92,6 +93,7 @@ PRESETS: dict[str, dict[str, list[str]]] = {
 }
 
 SYSTEM_READ.append("/nix/store")
+MAX_OUTPUT_BYTES = 64 << 20  # any one file an agent session writes: its stdout and stderr logs included
 
 PROMPT = (
     "Read TASK.md in the current directory and follow it: study the harnesses, scores and traces under "
@@ -194,6 +196,7 @@ class AgentProposer:
                     env=env,
                     start_new_session=True,
                     close_fds=True,
+                    preexec_fn=_cap_file_size,
                 )
             except OSError as exc:
                 return Proposal([], f"agent proposer: could not start {argv[0]}: {exc}")
@@ -306,14 +309,14 @@ def parse_usage(stdout: str, stderr: str) -> tuple[int, float, dict[str, Any]]:
     tokens, usd, reported = 0, 0.0, {}
     for obj in objects:
         cost = obj.get("total_cost_usd", obj.get("cost_usd"))
-        if isinstance(cost, (int, float)):
-            usd += float(cost)
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0:
+            usd += float(cost)  # a negative self-report would buy the agent more budget
         usage = obj.get("usage")
         if isinstance(usage, dict):
             tokens += sum(
                 v
                 for k, v in usage.items()
-                if k.endswith("tokens") and k != "cached_input_tokens" and isinstance(v, int)
+                if k.endswith("tokens") and k != "cached_input_tokens" and isinstance(v, int) and v >= 0
             )
         if obj.get("type") == "result":
             reported = {
@@ -350,6 +353,12 @@ def _fill(arg: str, fill: dict[str, str]) -> str:
 
 def _expand(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
+
+
+def _cap_file_size() -> None:
+    """In the agent's process, before it starts: no file it writes, its stdout and stderr included,
+    grows past MAX_OUTPUT_BYTES (the kernel stops it with SIGXFSZ), so a flood cannot fill the disk."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES))
 
 
 def _read_capped(path: Path, limit: int = 4_000_000) -> str:

@@ -3,6 +3,7 @@ that shows what it changed, and the proposal files collected (size-capped, valid
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +27,8 @@ MAX_LOG_COPY_FILES = 500
 
 
 UNCHECKED = ("proposals", "tmp")  # workspace folders the agent may change
+MAX_WALK_DEPTH = 64  # folder levels any walk of a workspace descends
+MAX_WALK_ENTRIES = 100_000
 
 
 def build_workspace(request: ProposalRequest, workspace: Path) -> None:
@@ -122,49 +125,77 @@ no model here: do not try to run the harnesses, they are validated and scored af
 """
 
 
+def tree(folder: Path, max_depth: int = MAX_WALK_DEPTH) -> list[tuple[str, int, os.stat_result]]:
+    """Every entry under `folder` as (path, depth, lstat), parents before children, never following a
+    link: iterative, so a 1,200-deep folder an agent made cannot raise RecursionError in the run, and
+    bounded (`max_depth` levels, MAX_WALK_ENTRIES entries; what lies beyond is not listed)."""
+    found: list[tuple[str, int, os.stat_result]] = []
+    stack = [(str(folder), 0)]
+    while stack and len(found) < MAX_WALK_ENTRIES:
+        path, depth = stack.pop()
+        try:
+            entries = sorted(os.scandir(path), key=lambda e: e.name, reverse=True)
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            found.append((e.path, depth + 1, st))
+            if stat.S_ISDIR(st.st_mode) and depth + 1 < max_depth:
+                stack.append((e.path, depth + 1))
+    return found
+
+
 def make_read_only(folder: Path) -> None:
-    for dirpath, _dirnames, filenames in os.walk(folder):
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o444)
-        os.chmod(dirpath, 0o555)
+    for path, _depth, st in tree(folder):
+        if stat.S_ISDIR(st.st_mode):
+            os.chmod(path, 0o555)
+        elif not stat.S_ISLNK(st.st_mode):
+            os.chmod(path, 0o444)
+    os.chmod(folder, 0o555)
 
 
 def remove_tree(folder: Path) -> None:
-    for dirpath, _dirnames, _filenames in os.walk(folder):
+    """Delete `folder` whatever is in it: read-only folders made writable again, deepest first, without
+    recursion (shutil.rmtree recurses once per level)."""
+    stack, order = [str(folder)], []
+    while stack:
+        path = stack.pop()
+        order.append(path)
         try:
-            os.chmod(dirpath, 0o700)
+            os.chmod(path, 0o700)
+            entries = list(os.scandir(path))
         except OSError:
-            pass
-    shutil.rmtree(folder, ignore_errors=True)
+            continue
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(e.path)
+    for path in reversed(order):
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
 
 
 def snapshot(workspace: Path) -> dict[str, tuple]:
     """Every entry of the workspace outside proposals/ and tmp/: path -> (kind, content hash or target)."""
     found: dict[str, tuple] = {}
-
-    def walk(folder: Path, rel: str) -> None:
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError as exc:
-            found[rel or "."] = ("unlistable", str(exc))
-            return
-        for e in entries:
-            path = f"{rel}/{e.name}" if rel else e.name
-            st = e.stat(follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):
-                found[path] = ("link", os.readlink(e.path))
-            elif stat.S_ISDIR(st.st_mode):
-                found[path] = ("dir",)
-                if rel or e.name not in UNCHECKED:
-                    walk(Path(e.path), path)
-            elif stat.S_ISREG(st.st_mode):
-                found[path] = ("file", _hash(e.path))
-            else:
-                found[path] = ("other", stat.S_IFMT(st.st_mode))
-
-    walk(workspace, "")
+    inside = tuple(os.path.join(str(workspace), name) + os.sep for name in UNCHECKED)
+    for path, depth, st in tree(workspace):
+        if path.startswith(inside):
+            continue  # what the agent writes there is its proposal
+        rel = os.path.relpath(path, workspace)
+        if stat.S_ISLNK(st.st_mode):
+            found[rel] = ("link", os.readlink(path))
+        elif stat.S_ISDIR(st.st_mode):
+            found[rel] = ("dir",) if depth < MAX_WALK_DEPTH else ("dir", "too deep to list")
+        elif stat.S_ISREG(st.st_mode):
+            found[rel] = ("file", _hash(path))
+        else:
+            found[rel] = ("other", stat.S_IFMT(st.st_mode))
     return found
 
 
@@ -191,19 +222,16 @@ def copy_for_log(src: Path, dst: Path) -> None:
     if src.is_symlink() or not src.is_dir():
         return
     copied = 0
-    for dirpath, _dirnames, filenames in os.walk(src):
-        rel = os.path.relpath(dirpath, src)
-        target = dst / rel
-        target.mkdir(parents=True, exist_ok=True)
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_LOG_COPY_BYTES and copied < MAX_LOG_COPY_FILES:
-                try:
-                    shutil.copyfile(path, target / name, follow_symlinks=False)
-                    copied += 1
-                except OSError:
-                    pass
+    for path, _depth, st in tree(src, max_depth=8):
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_LOG_COPY_BYTES or copied >= MAX_LOG_COPY_FILES:
+            continue
+        target = dst / os.path.relpath(path, src)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target, follow_symlinks=False)
+            copied += 1
+        except OSError:
+            pass
 
 
 def read_proposal_file(proposals: Path, name: str, limit: int = MAX_FILE_BYTES) -> tuple[str | None, str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.core.files import append_jsonl, atomic_write_json, atomic_write_text, read_json, read_jsonl
+from whale.harness.parsing import parse_untrusted
 from whale.harness.records import HarnessCandidate, Rollout
 
 
@@ -42,7 +43,7 @@ def code_fingerprint(source: str) -> str:
     """Hash of the code's AST without docstrings: reformatting or re-commenting does not make it new.
     Unparsable code hashes its text."""
     try:
-        tree = ast.parse(source)
+        tree = parse_untrusted(source)
     except SyntaxError:
         return hashlib.sha256(source.encode()).hexdigest()[:16]
     for node in ast.walk(tree):

@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from whale.harness.parsing import parse_untrusted
 from whale.harness.records import HarnessCandidate
 from whale.search.proposer import Proposal, ProposalRequest
 
@@ -34,7 +35,7 @@ class KnobSite:
 
 
 def find_knobs(source: str) -> dict[str, KnobSite]:
-    tree = ast.parse(source)
+    tree = parse_untrusted(source)
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
@@ -86,7 +87,7 @@ def live_knobs(source: str) -> set[str]:
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    visit(ast.parse(source))
+    visit(parse_untrusted(source))
     return live
 
 

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from whale.harness.parsing import parse_untrusted
 from whale.search.toolspec import ToolSpec
 
 MAX_MODEL_CALLS = 16  # the runner's default cap on model calls per rollout (harness.calls.RunnerLimits)
@@ -31,7 +32,7 @@ def wrapped_name(source: str) -> str:
 
 def rename_run(source: str, name: str) -> str:
     """The source with its top-level `def run(` renamed (the wrapper added after it calls the old one)."""
-    tree = ast.parse(source)
+    tree = parse_untrusted(source)
     runs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
     if len(runs) != 1:
         raise ValueError("the harness has no single top-level run()")
