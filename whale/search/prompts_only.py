@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 
+from whale.harness.parsing import parse_untrusted
+
 
 class _Blank(ast.NodeTransformer):
     """Every string constant, docstrings and the literal parts of f-strings included, replaced by the same
@@ -23,13 +25,13 @@ class _Blank(ast.NodeTransformer):
 
 def shape(source: str) -> str:
     """The code with its text taken out: equal for two files that differ only in string constants."""
-    return ast.dump(_Blank().visit(ast.parse(source)), include_attributes=False)
+    return ast.dump(_Blank().visit(parse_untrusted(source)), include_attributes=False)
 
 
 def outside_text(parent: str, child: str) -> str:
     """Why `child` is not a prompt-text edit of `parent` ("" when it is one)."""
     try:
         same = shape(parent) == shape(child)
-    except (SyntaxError, RecursionError, ValueError) as exc:
+    except SyntaxError as exc:  # parse_untrusted refuses too-deep or too-large files as one
         return f"prompts-only: the file does not parse ({type(exc).__name__})"
     return "" if same else "prompts-only: it changes code outside string constants"
