@@ -95,8 +95,8 @@ def send_frame(w: WorkerProcess, msg: dict[str, Any], wait_s: float = 0.0) -> bo
     data = json.dumps(msg, default=str).encode()
     view = memoryview(struct.pack(">I", len(data)) + data)
     deadline = time.monotonic() + wait_s
-    fd = w.proc.stdin.fileno()
     try:
+        fd = w.proc.stdin.fileno()
         while view:
             try:
                 view = view[os.write(fd, view) :]

@@ -43,11 +43,7 @@ def evaluate_candidate(
     tasks: list[Task],
     rollouts_per_task: int,
     on_done: Callable[[Rollout], None] | None = None,
-    room: int | None = None,
 ) -> tuple[CandidateEval, list[Rollout]]:
-    """The candidate on `tasks`; with `room` (rollouts the run's budget has left), on those that fit."""
-    if room is not None:
-        tasks = tasks[: max(0, room) // rollouts_per_task]
     jobs = [RolloutJob(t, candidate, s) for t in tasks for s in range(rollouts_per_task)]
     rollouts = runner.run(jobs, on_done)
     ev = summarize(candidate.id, runner.weights_version, rollouts, {t.id: t.inputs for t in tasks})
