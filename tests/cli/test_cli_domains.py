@@ -9,6 +9,9 @@ from test_cli import assert_user_error, check_complete_run, whale
 
 from whale.core.files import read_jsonl
 from whale.core.stats import task_means
+from whale.deploy.agent import load_agent
+from whale.deploy.bundle import export_bundle
+from whale.deploy.versions import agent_versions
 
 pytestmark = pytest.mark.slow
 REVERSE = Path(__file__).resolve().parents[1] / "fixtures" / "reverse_domain.py"
@@ -25,12 +28,21 @@ def test_tiny_run_on_each_builtin_domain(tmp_path, domain):
     assert read_jsonl(out / "events.jsonl")[0]["config"]["domain"]["name"] == domain
 
 
-def test_user_domain_file_runs_and_bad_files_are_one_line_errors(tmp_path):
+def test_user_domain_file_runs_and_bad_files_are_one_line_errors(tmp_path, capsys):
     out = tmp_path / "reverse"
     proc = whale("run", "--preset", "tiny", "--domain-file", str(REVERSE), "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     check_complete_run(out)
     assert read_jsonl(out / "rollouts/train.jsonl")[0]["task_id"].startswith("rev-train-")
+
+    bundle = tmp_path / "bundle"  # the domain file travels with the bundle, and loading it says so
+    export_bundle(out, agent_versions(out)[-1], bundle)
+    capsys.readouterr()
+    with load_agent(bundle) as agent:
+        answer = agent(agent.domain_task(read_jsonl(out / "rollouts/train.jsonl")[0]["task_id"]))
+    assert answer.error is None
+    warning = f"whale: warning: {bundle / 'domain.py'} is a domain file: it runs in this process, unsandboxed"
+    assert capsys.readouterr().err.startswith(warning)
 
     assert_user_error(
         whale("run", "--preset", "tiny", "--domain-file", str(tmp_path / "nope.py")), "not found"

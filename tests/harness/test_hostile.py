@@ -349,6 +349,32 @@ CASES = [
         r"forbidden: ctypes\.",
         True,
     ),
+    # ctypes cannot be unloaded (its classes stay reachable through _ctypes' caches), so each way it
+    # reaches raw memory or C functions raises an audit event the hook refuses; seccomp is the wall behind
+    Case(
+        "ctypes_read_memory",
+        body(
+            f"ctypes, ident = {W}['sys'].modules['ctypes'], {W}['builtins'].id",
+            "return ctypes.string_at(ident(task), 4096).hex()",
+        ),
+        r"forbidden: ctypes\.string_at$",
+        True,
+    ),
+    Case(
+        "ctypes_write_memory",
+        body(
+            f"ctypes, ident = {W}['sys'].modules['ctypes'], {W}['builtins'].id",
+            "ctypes.c_char.from_address(ident(task)).value = b'x'",
+        ),
+        r"forbidden: ctypes\.cdata$",
+        True,
+    ),
+    Case(
+        "ctypes_clear_audit_hooks",
+        body(f"ctypes = {W}['sys'].modules['ctypes']", "ctypes.pythonapi._PySys_ClearAuditHooks()"),
+        r"forbidden: ctypes\.",
+        True,
+    ),
     Case(
         "start_a_thread",
         body(
@@ -558,14 +584,25 @@ CASES = [
     ),
     Case(
         "flood_of_requests_never_reading_the_replies",
-        body(
-            'frame = b\'{"op": "tool", "name": "add", "args": [1, 2], "kwargs": {}}\'',
+        body(  # each malformed chat is refused at once, so the refusals pile up unread
+            'frame = b\'{"op": "chat", "messages": []}\'',
             "for _ in range(60_000):",
             "    llm._channel.w.write(len(frame).to_bytes(4, 'big') + frame)",
             "llm._channel.w.flush()",
             "return '1'",
         ),  # fmt: skip
         r"protocol: the worker stopped reading what it is sent$",
+        True,
+    ),
+    Case(
+        "a_second_tool_call_before_the_first_is_answered",
+        body(
+            'frame = b\'{"op": "tool", "name": "add", "args": [1, 2], "kwargs": {}}\'',
+            "llm._channel.w.write((len(frame).to_bytes(4, 'big') + frame) * 2)",
+            "llm._channel.w.flush()",
+            "return '1'",
+        ),  # fmt: skip
+        r"protocol: a tool request before the reply to the one in flight$",
         True,
     ),
     Case(
@@ -713,9 +750,10 @@ print(json.dumps(out))
 """
 
 
-def probe(directory: str, port: int, landlock_setting: str) -> dict[str, Any]:
+def probe(directory: str, port: int, landlock_setting: str, netns_setting: str = "off") -> dict[str, Any]:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "WHALE_LANDLOCK": landlock_setting}
-    env["WHALE_SECCOMP"] = "off"  # Landlock alone is measured here (seccomp would refuse the sockets too)
+    env["WHALE_NETNS"] = netns_setting  # one layer at a time: the namespace would refuse the sockets too
+    env["WHALE_SECCOMP"] = "off"  # and so would seccomp
     done = subprocess.run(
         [sys.executable, "-s", "-c", PROBE, directory, str(port)],
         capture_output=True, text=True, env=env, cwd="/", timeout=60,
@@ -740,19 +778,41 @@ def test_landlock_alone_refuses_files_and_tcp_that_permissions_allow() -> None:
             port = server.getsockname()[1]
             free = probe(directory, port, "off")
             confined = probe(directory, port, "on")
-        assert free["status"]["problems"][0] == "Landlock disabled by WHALE_LANDLOCK=off"
+        assert "Landlock disabled by WHALE_LANDLOCK=off" in free["status"]["problems"]
         assert (free["write"], free["read"], free["connect"], free["bind"]) == ("ok", "ok", "ok", "ok")
         abi = landlock.abi_version()
         assert confined["status"]["landlock"] == abi and confined["status"]["filesystem"] is True
         assert (confined["write"], confined["read"]) == ("PermissionError", "PermissionError")
         if abi >= 4:
             assert confined["status"]["network"] is True
-            assert confined["status"]["problems"] == ["seccomp disabled by WHALE_SECCOMP=off"]
+            assert confined["status"]["problems"] == [
+                "network namespace disabled by WHALE_NETNS=off",
+                "seccomp disabled by WHALE_SECCOMP=off",
+            ]
             assert (confined["connect"], confined["bind"]) == ("PermissionError", "PermissionError")
         if os.geteuid() == 0:
             assert confined["status"]["uid"] == confine.NOBODY
     finally:
         shutil.rmtree(directory)
+
+
+def test_the_network_namespace_alone_refuses_a_local_port_that_is_listening() -> None:
+    """Landlock and seccomp off: a worker in its own network namespace cannot reach the host's loopback
+    (its own is down), while the same probe outside one connects."""
+    directory = tempfile.mkdtemp(prefix="whale-hostile-")
+    try:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(8)
+            port = server.getsockname()[1]
+            free = probe(directory, port, "off")
+            isolated = probe(directory, port, "off", netns_setting="on")
+    finally:
+        shutil.rmtree(directory)
+    assert free["status"]["netns"] is False and (free["connect"], free["bind"]) == ("ok", "ok")
+    if not isolated["status"]["netns"]:
+        pytest.skip(f"no network namespace here: {isolated['status']['problems']}")
+    assert isolated["connect"] == "OSError"  # ENETUNREACH: the namespace's loopback is down
 
 
 @pytest.mark.skipif(landlock.abi_version() < 1, reason="Landlock is not available on this kernel")
@@ -767,6 +827,7 @@ def test_workers_report_the_sandbox_they_run_in(add_domain, fake_engine) -> None
     assert runner.sandbox["landlock"] == abi and runner.sandbox["filesystem"] is True
     assert runner.sandbox["network"] is (abi >= 4)
     assert runner.sandbox["seccomp"] is seccomp.supported()
+    assert runner.sandbox["netns"] is True
     assert runner.sandbox_problems == ([] if abi >= 4 else [f"Landlock ABI {abi} < 4: TCP is not restricted"])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -11,7 +12,7 @@ from conftest import AddDomain, AddToolbox
 
 from tests.processes import group_alive
 from whale.harness.calls import RolloutJob, RunnerLimits
-from whale.harness.records import HarnessCandidate
+from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutRunner
 from whale.harness.task import Task
 from whale.model.engine import SamplingParams
@@ -107,39 +108,68 @@ def test_a_worker_never_runs_a_second_candidate(make_runner, add_domain):
     assert len(runner.idle) <= 2  # no more idle workers kept than the pool's size
 
 
-class SlowToolbox(AddToolbox):
-    """`add` as before, and `slow`, which holds the parent (tools run in its loop) for 2.5 s."""
+class HeldToolbox(AddToolbox):
+    """`add` as before, and `held`, which returns only when `release` is set (or after 20 s, saying so)."""
 
-    names = ("add", "slow")
+    names = ("add", "held")
+
+    def __init__(self, release: threading.Event):
+        self.release = release
 
     def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if name == "slow":
-            time.sleep(2.5)
-            return 0
+        if name == "held":
+            return "released" if self.release.wait(20.0) else "gave up"
         return super().call(name, args, kwargs)
 
 
-class SlowToolDomain(AddDomain):
-    def toolbox(self, task: Task) -> SlowToolbox:
-        return SlowToolbox()
+class HeldToolDomain(AddDomain):
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.release = threading.Event()
+
+    def toolbox(self, task: Task) -> HeldToolbox:
+        return HeldToolbox(self.release)
 
 
-def test_one_candidates_slow_tools_do_not_time_out_the_rollouts_of_others(fake_engine):
-    """While the parent serves one worker's tool call it reads no other worker's messages; that time
-    does not count against their step clocks (2 s here, against 5 s of another candidate's tool calls)."""
-    domain = SlowToolDomain(4)
+def test_a_tool_call_in_flight_holds_up_no_other_rollout(fake_engine):
+    """Tools run on the runner's tool threads: while one rollout's tool call is held, the others call the
+    model and their tools and finish; the last of them releases the held call, which then completes."""
+    domain = HeldToolDomain(4)
     runner = RolloutRunner(fake_engine, domain, SAMPLING, RunnerLimits(workers=4, step_timeout_s=2.0), seed=3)
-    hog = harness(body("for _ in range(2):", "    tools.slow()", "return '0'"), "hog")
+    hog = harness(body("return tools.held()"), "hog")
     good = harness(domain.seed_harness(), "good")
+    finished: list[str] = []
+
+    def on_done(r: Rollout) -> None:
+        finished.append(r.harness_id)
+        if finished.count("good") == 3:
+            domain.release.set()
+
+    jobs = [RolloutJob(domain.tasks[0], hog, 0)] + [RolloutJob(t, good, 0) for t in domain.tasks[1:]]
     try:
-        rollouts = runner.run(
-            [RolloutJob(domain.tasks[0], hog, 0)] + [RolloutJob(t, good, 0) for t in domain.tasks[1:]]
-        )
+        rollouts = runner.run(jobs, on_done)
     finally:
         runner.close()
-    assert rollouts[0].error is None and len(rollouts[0].tool_calls) == 2
     assert [(r.error, r.reward) for r in rollouts[1:]] == [(None, 1.0)] * 3
-    assert rollouts[0].timings["wall_s"] >= 5.0  # its own wall clock is still the wall clock
+    assert rollouts[0].error is None and rollouts[0].answer == "released"
+    assert finished == ["good", "good", "good", "hog"]
+
+
+def test_a_tool_call_over_its_time_limit_fails_the_rollout_and_the_run_goes_on(fake_engine):
+    domain = HeldToolDomain(2)
+    limits = RunnerLimits(workers=2, tool_timeout_s=0.5)
+    runner = RolloutRunner(fake_engine, domain, SAMPLING, limits, seed=3)
+    try:
+        held, good = runner.run(
+            [RolloutJob(domain.tasks[0], harness(body("return tools.held()"), "hog"), 0),
+             RolloutJob(domain.tasks[1], harness(domain.seed_harness(), "good"), 0)]
+        )  # fmt: skip
+        domain.release.set()  # the abandoned call returns now; its result is dropped
+        (again,) = runner.run([RolloutJob(domain.tasks[1], harness(domain.seed_harness(), "good"), 1)])
+    finally:
+        runner.close()
+    assert held.error == "timeout: tool held ran over 0.5s" and held.tool_calls == []
+    assert (good.error, good.reward) == (None, 1.0) and (again.error, again.reward) == (None, 1.0)
 
 
 def test_wrong_answer_gets_zero_reward_without_error(make_runner, add_domain):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -120,6 +122,52 @@ def test_a_daemon_that_left_the_process_group_dies_with_the_session(archive, mod
     while time.monotonic() < deadline and alive(daemon):
         time.sleep(0.05)
     assert not alive(daemon)
+
+
+def test_the_sessions_processes_die_even_when_the_wrapper_is_killed_outright(tmp_path):
+    """whale killed with SIGKILL gives the wrapper no chance to clean up (its subreaper loop never runs);
+    the session's PID namespace dies with it, the setsid() daemon included."""
+    (tmp_path / "proposals").mkdir()
+    argv = [sys.executable, str(AGENTS / "daemon.py"), str(tmp_path), "1", "hang"]
+    wrapper = subprocess.Popen(
+        landlock.wrapper_argv({"enforce": False, "parent_pid": os.getpid()}, argv),
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    record, daemon = tmp_path / "proposals" / "daemon.txt", 0
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (record.exists() and record.read_text()):
+            time.sleep(0.05)
+        daemon = int(record.read_text())
+        assert alive(daemon)
+        wrapper.kill()
+        wrapper.wait()
+        if "pid namespace on" not in wrapper.stderr.read():
+            pytest.skip("no PID namespace here (needs root or unprivileged user namespaces)")
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and alive(daemon):
+            time.sleep(0.05)
+        assert not alive(daemon)
+    finally:
+        if daemon and alive(daemon):
+            os.kill(daemon, signal.SIGKILL)
+
+
+def test_the_agent_gets_a_throwaway_home_with_only_its_login_files(archive, tmp_path, monkeypatch):
+    home = tmp_path / "real-home"
+    (home / ".agent").mkdir(parents=True)
+    (home / ".agent" / "login.json").write_text('{"token": "t"}')
+    (home / "private.txt").write_text("not for the agent")
+    monkeypatch.setenv("HOME", str(home))
+    cfg = config("good.py", home_files=["~/.agent/login.json", "~/missing.json", "/etc/hostname"])
+    proposal = AgentProposer(cfg, ProposerUsage()).propose(request(archive))
+    assert len(proposal.candidates) == 1 and "violation" not in proposal.note, proposal.note
+    folder = only_session(archive)
+    seen = json.loads((folder / "proposals" / "seen.json").read_text())
+    assert seen["home"] != str(home) and seen["home"].endswith("/home") and seen["home_listing"] == [".agent"]
+    assert json.loads((folder / "command.json").read_text())["home_files"] == [".agent/login.json"]
+    assert not os.path.exists(seen["home"])  # thrown away with the workspace
+    assert sorted(os.listdir(home)) == [".agent", "private.txt"]  # the real one is untouched
 
 
 def test_garbage_files_and_malformed_pending_eval_are_recorded(archive):

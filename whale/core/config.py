@@ -173,7 +173,8 @@ class ProposerConfig(Section):
     retries: int = Field(2, ge=0)  # llm: re-asks after an unusable reply
     preset: Literal["claude", "codex"] | None = None  # agent: a ready-made command
     command: list[str] | None = None  # agent: argv template; {workspace} {prompt} {n} are filled in
-    writable: list[str] = Field(default_factory=list)  # agent: extra writable paths (its own config dir)
+    home_files: list[str] | None = None  # agent: files copied into its throwaway HOME (None: the preset's)
+    writable: list[str] = Field(default_factory=list)  # agent: extra writable paths beyond the workspace
     readable: list[str] = Field(default_factory=list)  # agent: extra readable paths beyond the system's
     env: list[str] = Field(default_factory=list)  # agent: environment variables passed on besides API keys
     timeout_s: float = Field(600.0, gt=0)  # per LLM call or agent session
@@ -239,6 +240,7 @@ class RunnerConfig(Section):
     workers: int = Field(32, ge=1)
     step_timeout_s: float = Field(10.0, gt=0)
     rollout_timeout_s: float = Field(600.0, gt=0)
+    tool_timeout_s: float = Field(60.0, gt=0)
     memory_mb: int = Field(512, ge=64)
 
 

@@ -19,6 +19,7 @@ class RunnerLimits:
     workers: int = 32
     step_timeout_s: float = 10.0  # harness compute between two model/tool calls
     rollout_timeout_s: float = 600.0  # whole rollout, waiting included
+    tool_timeout_s: float = 60.0  # one tool call, from the request (a queued call's wait included)
     memory_mb: int = 512
     cpu_s: int = 600  # per worker lifetime; workers are recycled before they reach it
     rollouts_per_worker: int = 200

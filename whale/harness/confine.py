@@ -1,7 +1,7 @@
-"""The sandbox's OS layers, applied by a worker to itself after its imports: rlimits, Landlock (files,
-then network), the switch to nobody, death with the parent, a seccomp filter (seccomp.py: no sockets,
-no new programs or processes, no tracing), and the audit hook that refuses system access once harness
-code may run."""
+"""The sandbox's OS layers, applied by a worker to itself after its imports: rlimits, a network namespace
+of its own, Landlock (files, then network), the switch to nobody, death with the parent, a seccomp
+filter (seccomp.py: no sockets, no new programs or processes, no tracing), and the audit hook that
+refuses system access once harness code may run."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from typing import Any
 from whale.harness import seccomp
 
 NOBODY = 65534
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+SWITCHES = ("WHALE_LANDLOCK", "WHALE_SECCOMP", "WHALE_NETNS")  # "off" disables a layer (for measurement)
 
 
 def limit_resources(memory_mb: int, cpu_s: int, highest_fd: int) -> None:
@@ -71,6 +74,17 @@ def die_with_parent() -> None:
         raise SystemExit(0)  # the parent is already gone
 
 
+def isolate_network() -> str:
+    """Move the worker into a network namespace of its own, whose only interface is a loopback that is
+    down: no address anywhere is reachable, whatever gets past the other layers. Root may create one;
+    others need a user namespace with it. Returns what went wrong ("" when nothing)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = CLONE_NEWNET if os.geteuid() == 0 else CLONE_NEWUSER | CLONE_NEWNET
+    if libc.unshare(flags) != 0:
+        return f"no network namespace of its own (unshare: {os.strerror(ctypes.get_errno())})"
+    return ""
+
+
 def readable_paths() -> list[str]:
     """What the worker may still read: the standard library, and each other module file already loaded."""
     stdlib = os.path.dirname(string.__file__)
@@ -86,6 +100,11 @@ def confine() -> dict[str, Any]:
     """The OS layers: Landlock (filesystem, then network) and, for root, a switch to nobody. Returns the
     status the hello frame carries; `problems` lists what could not be applied."""
     status: dict[str, Any] = {"landlock": 0, "filesystem": False, "network": False, "problems": []}
+    off = os.environ.get("WHALE_NETNS", "on") == "off"
+    problem = "network namespace disabled by WHALE_NETNS=off" if off else isolate_network()
+    status["netns"] = not problem
+    if problem:
+        status["problems"].append(problem)
     if os.environ.get("WHALE_LANDLOCK", "on") == "off":
         status["problems"].append("Landlock disabled by WHALE_LANDLOCK=off")
     else:

@@ -9,7 +9,10 @@ only and never imports whale, so it runs as a script:
 The wrapper sets PR_SET_NO_NEW_PRIVS (required by Landlock), PR_SET_PDEATHSIG (the program dies with
 the process that started it), restricts itself to the rules, then runs the program as its child and
 stays as its subreaper: on the program's exit, or on SIGTERM, it kills everything the program left
-behind, including processes that escaped its process group with setsid(). With "enforce":
+behind, including processes that escaped its process group with setsid(). Where the kernel allows it
+(root, or unprivileged user namespaces) the program also runs in a PID namespace of its own, under a
+small init that dies with the wrapper: even a wrapper killed with SIGKILL takes every process of the
+session with it. With "enforce":
 true it fails closed: if the sandbox cannot be applied the program is not started (exit status 126).
 
 Rules: {"read": [paths], "write": [paths], "devices": [paths], "enforce": bool, "parent_pid": int}.
@@ -42,6 +45,8 @@ RULE_PATH_BENEATH = 1
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWPID = 0x20000000
+CLONE_NEWUSER = 0x10000000
 
 EXECUTE = 1 << 0
 WRITE_FILE = 1 << 1
@@ -194,6 +199,8 @@ def main(args: list[str]) -> int:
     parent = int(rules.get("parent_pid") or 0)
     if parent and os.getppid() != parent:
         return 125  # the parent is already gone
+    problem = new_pid_namespace() if rules.get("pid_namespace", True) else "not asked for"
+    print(f"whale landlock: pid namespace {'off (' + problem + ')' if problem else 'on'}", file=sys.stderr)
     if rules.get("enforce", True):
         try:
             abi = restrict(rules.get("read", []), rules.get("write", []), rules.get("devices", []))
@@ -204,7 +211,27 @@ def main(args: list[str]) -> int:
     else:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     sys.stderr.flush()
-    return supervise(argv)
+    return supervise(argv, own_namespace=not problem)
+
+
+def new_pid_namespace() -> str:
+    """Have this process's next child start a PID namespace of its own, as its pid 1: when that child
+    exits, the kernel kills every process left inside, however it was started or reparented. Root may
+    do this; others need a user namespace too (their ids mapped to themselves). Returns what failed."""
+    libc = _libc()
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWPID if os.geteuid() == 0 else CLONE_NEWUSER | CLONE_NEWPID
+    if libc.unshare(flags) != 0:
+        return f"unshare: {os.strerror(ctypes.get_errno())}"
+    if flags & CLONE_NEWUSER:
+        try:
+            ids = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
+            for name, text in ids:
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        except OSError as exc:
+            return f"user namespace ids: {exc}"
+    return ""
 
 
 def _children() -> list[int]:
@@ -238,19 +265,42 @@ def _kill_descendants() -> None:
             return
 
 
-def supervise(argv: list[str]) -> int:
-    """Run argv as a child and stay as its subreaper: when it exits, or when we get SIGTERM (the session
-    timed out), every process it left behind is killed, even those that left its process group."""
+def _execute(argv: list[str]) -> None:
+    try:
+        os.execv(argv[0], argv)
+    except OSError as exc:
+        print(f"whale landlock: cannot execute {argv[0]}: {exc}", file=sys.stderr)
+    os._exit(127)
+
+
+def _init(argv: list[str], wrapper: int) -> None:
+    """Pid 1 of the session's namespace: start the program, reap what is reparented here, and exit with
+    the program's status; the kernel then kills whatever is left inside."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # dies with the wrapper
+    if not os.path.exists(f"/proc/{wrapper}"):  # /proc is the wrapper's; getppid() is 0 in here
+        os._exit(125)
+    program = os.fork()
+    if program == 0:
+        _execute(argv)
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == program:
+            os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+def supervise(argv: list[str], own_namespace: bool = False) -> int:
+    """Run argv as a child (in its namespace, under `_init`) and stay as its subreaper: when it exits, or
+    when we get SIGTERM (the session timed out), every process it left behind is killed, even those that
+    left its process group."""
     import signal
 
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    wrapper = os.getpid()
     pid = os.fork()
     if pid == 0:
-        try:
-            os.execv(argv[0], argv)
-        except OSError as exc:
-            print(f"whale landlock: cannot execute {argv[0]}: {exc}", file=sys.stderr)
-        os._exit(127)
+        if own_namespace:
+            _init(argv, wrapper)
+        _execute(argv)
 
     def stop(*_: object) -> None:
         _kill_descendants()

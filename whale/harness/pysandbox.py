@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness import validate
-from whale.harness.confine import report_degraded, sandbox_status_problems
+from whale.harness.confine import SWITCHES, report_degraded, sandbox_status_problems
 from whale.harness.task import ToolError
 from whale.harness.worker import MAX_FRAME
 
@@ -39,8 +39,9 @@ def run_python(code: str, timeout_s: float = 5.0, memory_mb: int = 256, cpu_s: i
         "PYTHONDONTWRITEBYTECODE": "1",
         "WHALE_PARENT_PID": str(os.getpid()),
     }
-    if os.environ.get("WHALE_LANDLOCK"):
-        env["WHALE_LANDLOCK"] = os.environ["WHALE_LANDLOCK"]
+    for switch in SWITCHES:
+        if os.environ.get(switch):
+            env[switch] = os.environ[switch]
     cmd = [sys.executable, "-s", "-m", "whale.harness.worker", str(memory_mb), str(cpu_s), "--exec"]
     proc = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

@@ -1,14 +1,15 @@
 """Runs many rollouts at once: harness code in sandbox workers, model calls batched in the parent.
 
 The loop is event driven. Each busy worker is either computing (harness code running) or waiting (its
-`llm.chat` request is queued here). When every busy worker waits, all queued requests go to the engine
-as one batch, so batch width tracks concurrency. Tool calls and verification happen here, in the parent,
-where the domain lives. A worker that computes too long without yielding is killed with its process
-group, and its rollout records the reason; the run goes on.
+`llm.chat` request is queued here) or in a tool call. When no busy worker computes, all queued
+requests go to the engine as one batch, so batch width tracks concurrency. Tool calls run in the
+parent, where the domain lives, on the threads of a ToolPool (so one slow tool holds up no one else),
+each under `tool_timeout_s`; verification runs here. A worker that computes too long without yielding
+is killed with its process group, and its rollout records the reason; the run goes on.
 
 A failed rollout's `Rollout.error` is '<kind>: <detail>', with one of these kinds (stable; match on them):
 
-  timeout           the step or rollout wall-clock limit ran out; the worker was killed
+  timeout           the step, tool or rollout wall-clock limit ran out; the worker was killed
   cpu limit         the worker used up its CPU seconds (RLIMIT_CPU, SIGXCPU)
   memory limit      MemoryError under the worker's address-space limit
   recursion limit   RecursionError
@@ -44,10 +45,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from whale.harness.calls import RolloutJob, RunnerLimits, call_seed, chat_params, chat_problem, run_tool
+from whale.harness.calls import RolloutJob, RunnerLimits, call_seed, chat_params, chat_problem
 from whale.harness.confine import report_degraded, sandbox_status_problems
 from whale.harness.records import ModelCall, Rollout, ToolCall
 from whale.harness.task import Verifier
+from whale.harness.tool_pool import ToolPool
 from whale.harness.worker_process import (
     REPLY_WAIT_S,
     START_WAIT_S,
@@ -87,8 +89,9 @@ class RolloutRunner:
         self.seed = seed
         self.engine_calls = 0
         self.idle: list[WorkerProcess] = []
-        self._busy: dict[int, tuple[int, WorkerProcess]] = {}  # the running batch's, for _pause_clocks
         self.selector = selectors.DefaultSelector()
+        self.tools = ToolPool(self.limits.workers)
+        self.selector.register(self.tools.fd, selectors.EVENT_READ)
         self.sandbox: dict[str, Any] | None = None  # the latest worker's sandbox status
         self.sandbox_problems: list[str] = []  # sandbox layers some worker could not apply
 
@@ -105,12 +108,14 @@ class RolloutRunner:
         for w in self.idle:
             kill_worker(w)
         self.idle.clear()
+        if self.tools.fd in self.selector.get_map():
+            self.selector.unregister(self.tools.fd)
+        self.tools.close()
 
     def run(self, jobs: list[RolloutJob], on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
         queue = deque(enumerate(jobs))
         results: dict[int, Rollout] = {}
         busy: dict[int, tuple[int, WorkerProcess]] = {}  # fd -> (job index, worker)
-        self._busy = busy
         try:
             self._drive(queue, results, busy, on_done)
         except BaseException:
@@ -139,6 +144,9 @@ class RolloutRunner:
             stepping = self.continuous and self.engine.busy
             timeout = 0.0 if stepping else self._next_deadline(busy)
             for key, _ in self.selector.select(timeout):
+                if key.fd == self.tools.fd:
+                    self.tools.drain()
+                    continue
                 index, w = busy[key.fd]
                 if not self._pump(w):
                     continue
@@ -146,6 +154,9 @@ class RolloutRunner:
                     results[index] = self._finish(w, busy, key.fd)
                     if on_done:
                         on_done(results[index])
+            for _, w in list(busy.values()):
+                if w.tool is not None and w.tool.done() and w.job is not None:
+                    self._tool_done(w)
             for fd, (index, w) in list(busy.items()):
                 reason = self._overdue(w)
                 if reason or w.job is None:  # or ended by a protocol error while it was being answered
@@ -159,8 +170,8 @@ class RolloutRunner:
                         self._submit_model(w)
                 if self.engine.busy:
                     self._step_model()
-            elif waiting and len(waiting) == len(busy):
-                self._serve_model(waiting)
+            elif waiting and len(waiting) == sum(w.tool is None for _, w in busy.values()):
+                self._serve_model(waiting)  # no worker computes: the rest wait on the model or a tool
 
     def _spawn(self) -> WorkerProcess:
         return spawn_worker(self.limits.memory_mb, self.limits.cpu_s)
@@ -183,7 +194,7 @@ class RolloutRunner:
         source = hashlib.sha256(job.harness.source.encode("utf-8", "replace")).hexdigest()[:16]
         w = self._take_worker(f"{job.harness.id}:{source}")
         now = time.monotonic()
-        w.job, w.task, w.began, w.started, w.resumed, w.request = job, job.task, now, now, now, None
+        w.job, w.task, w.began, w.resumed, w.request = job, job.task, now, now, None
         w.verify = job.verify
         w.secret = secrets.token_hex(16)
         w.rollout = Rollout(job.task.id, job.harness.id, self.engine.weights_version, job.sample)
@@ -219,11 +230,9 @@ class RolloutRunner:
         while len(w.buf) >= 4:
             (size,) = struct.unpack(">I", w.buf[:4])
             if size > MAX_FRAME:
-                kill_worker(w)
-                w.rollout.error = (
-                    f"protocol: output too large: the worker sent a {size}-byte message (limit {MAX_FRAME})"
+                self._protocol_error(
+                    w, f"output too large: the worker sent a {size}-byte message (limit {MAX_FRAME})"
                 )
-                w.job = None
                 return True
             if len(w.buf) < 4 + size:
                 break
@@ -248,7 +257,7 @@ class RolloutRunner:
             if w.sandbox is None:  # only the hello a fresh worker sends before any harness runs counts
                 self._note_sandbox(w, msg.get("sandbox"))
             return
-        if op in ("chat", "tool") and (w.request is not None or w.handles):
+        if op in ("chat", "tool") and (w.request is not None or w.handles or w.tool is not None):
             self._protocol_error(w, f"a {op} request before the reply to the one in flight")
             return
         if op == "chat":
@@ -263,9 +272,7 @@ class RolloutRunner:
             return
         if op == "done":
             if msg.get("secret") != w.secret:
-                kill_worker(w)
-                w.rollout.error = "protocol: a done message without this job's secret (forged by the harness)"
-                w.job = None
+                self._protocol_error(w, "a done message without this job's secret (forged by the harness)")
                 return
             answer, error = msg.get("answer"), msg.get("error")
             w.rollout.answer = answer if isinstance(answer, str) else None
@@ -281,9 +288,7 @@ class RolloutRunner:
             w.retire = w.retire or msg.get("retire") is not False
             w.job = None
             return
-        kill_worker(w)
-        w.rollout.error = f"protocol: unexpected message {str(op)[:40]!r}"
-        w.job = None
+        self._protocol_error(w, f"unexpected message {str(op)[:40]!r}")
 
     def _note_sandbox(self, w: WorkerProcess, status: Any) -> None:
         w.sandbox = status if isinstance(status, dict) else {}
@@ -368,25 +373,23 @@ class RolloutRunner:
                 )
             self._send(w, {"op": "error", "message": message})
             return
-        began = time.monotonic()
-        call = run_tool(w.toolbox, msg, self.limits)
-        self._pause_clocks(w, time.monotonic() - began)
+        w.tool_name, w.tool_began = str(msg.get("name"))[:100], time.monotonic()
+        w.tool = self.tools.submit(w.toolbox, msg, self.limits)
+
+    def _tool_done(self, w: WorkerProcess) -> None:
+        future, w.tool = w.tool, None
+        error = future.exception()
+        if error is None:
+            call = future.result()
+        else:  # a tool that raised SystemExit or KeyboardInterrupt: run_tool catches the rest
+            call = ToolCall(w.tool_name, [], {}, error=f"tool {w.tool_name} failed: {type(error).__name__}")
         call.after_calls = len(w.rollout.calls)
-        calls.append(call)
+        w.rollout.tool_calls.append(call)
         w.resumed = time.monotonic()
         if call.error is not None:
             self._send(w, {"op": "error", "message": call.error})
         else:
             self._send(w, {"op": "tool_result", "value": call.result})
-
-    def _pause_clocks(self, served: WorkerProcess, seconds: float) -> None:
-        """Tools run in the parent's loop: while one worker's tool call held it, no other worker's message
-        could be read, so that time is not theirs. Their step and rollout clocks skip it, and one
-        candidate's slow tool calls cannot time out the rollouts of others."""
-        for _, w in self._busy.values():
-            if w is not served:
-                w.resumed += seconds
-                w.started += seconds
 
     def _next_deadline(self, busy: dict[int, tuple[int, WorkerProcess]]) -> float:
         now = time.monotonic()
@@ -394,19 +397,28 @@ class RolloutRunner:
         return max(0.0, min(deadlines, default=0.5))
 
     def _deadline(self, w: WorkerProcess) -> float:
-        total = w.started + self.limits.rollout_timeout_s
+        total = w.began + self.limits.rollout_timeout_s
+        if w.tool is not None:
+            return min(total, w.tool_began + self.limits.tool_timeout_s)
         return total if w.request is not None else min(total, w.resumed + self.limits.step_timeout_s)
 
     def _overdue(self, w: WorkerProcess) -> str | None:
         now = time.monotonic()
-        if now - w.started > self.limits.rollout_timeout_s:
+        if now - w.began > self.limits.rollout_timeout_s:
             return f"timeout: rollout ran over {self.limits.rollout_timeout_s:g}s"
+        if w.tool is not None:
+            if now - w.tool_began > self.limits.tool_timeout_s:
+                return f"timeout: tool {w.tool_name} ran over {self.limits.tool_timeout_s:g}s"
+            return None
         if w.request is None and now - w.resumed > self.limits.step_timeout_s:
             return f"timeout: harness computed {self.limits.step_timeout_s:g}s without a model or tool call"
         return None
 
     def _finish(self, w: WorkerProcess, busy: dict, fd: int) -> Rollout:
         self._cancel_model(w)
+        if w.tool is not None:  # abandoned: its result is dropped when it comes
+            w.tool.cancel()
+            w.tool = None
         rollout = w.rollout
         self.selector.unregister(fd)
         del busy[fd]

@@ -13,12 +13,14 @@ import struct
 import subprocess
 import sys
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from whale.harness.calls import RolloutJob
-from whale.harness.records import Rollout
+from whale.harness.confine import SWITCHES
+from whale.harness.records import Rollout, ToolCall
 from whale.harness.restricted import MAX_LOG_CHARS, MAX_LOG_ENTRIES
 from whale.harness.task import Task, Toolbox
 from whale.model.engine import Generation, GenerationRequest
@@ -39,9 +41,8 @@ class WorkerProcess:
     rollout: Rollout | None = None
     toolbox: Toolbox | None = None
     request: dict[str, Any] | None = None  # queued chat request, when waiting on the model
-    began: float = 0.0  # wall clock at the job's start
-    started: float = 0.0  # the rollout clock: the job's start, moved on by time the parent was not its
-    resumed: float = 0.0  # the step clock: the last model or tool reply, moved on likewise
+    began: float = 0.0  # wall clock at the job's start: the rollout clock
+    resumed: float = 0.0  # the step clock: the last model or tool reply
     served: int = 0
     secret: str = ""  # the current job's; only a done message that carries it ends the rollout
     sandbox: dict[str, Any] | None = None  # what the worker's hello said about its OS sandbox
@@ -51,6 +52,9 @@ class WorkerProcess:
     results: list[tuple[GenerationRequest, Generation] | None] = field(default_factory=list)
     verify: bool = True  # the current job's
     owner: str = ""  # the one candidate (id and code) this worker runs; it never runs another
+    tool: Future[ToolCall] | None = None  # the tool call in flight, on the runner's ToolPool
+    tool_name: str = ""
+    tool_began: float = 0.0
 
 
 def spawn_worker(memory_mb: int, cpu_s: int) -> WorkerProcess:
@@ -62,7 +66,7 @@ def spawn_worker(memory_mb: int, cpu_s: int) -> WorkerProcess:
         "PYTHONHASHSEED": "0",
         "WHALE_PARENT_PID": str(os.getpid()),
     }
-    for switch in ("WHALE_LANDLOCK", "WHALE_SECCOMP"):
+    for switch in SWITCHES:
         if os.environ.get(switch):
             env[switch] = os.environ[switch]
     proc = subprocess.Popen(

@@ -14,18 +14,20 @@ process group (killed whole with SIGKILL at `timeout_s` and again when the sessi
 minimal environment: PATH, HOME, LANG/LC_*, TERM, TZ, USER, LOGNAME, SHELL, proxy and CA-bundle variables,
 every variable whose name starts with one of ENV_PREFIXES (ANTHROPIC_, CLAUDE_, OPENAI_, CODEX_,
 AZURE_OPENAI_, AWS_, GOOGLE_, GEMINI_, VERTEX_, OPENROUTER_), the names listed in `cfg.env`, and
-TMPDIR/TMP/TEMP = the workspace's tmp/.
+TMPDIR/TMP/TEMP = the workspace's tmp/, and HOME = the workspace's home/: a throwaway home into which only
+the login files the preset names (or `cfg.home_files`) are copied, so the agent can sign in but neither
+reads the user's home nor changes it.
 
 Containment (whale.harness.landlock): on Linux with Landlock the agent is started through an exec wrapper
 that restricts it, and everything it starts, to: read the workspace, the system folders (SYSTEM_READ),
 the agent's own install (found from its executable, plus `cfg.readable`) and the Python running the
-wrapper; write proposals/, tmp/, the preset's config paths (~/.claude, ~/.codex) and `cfg.writable`;
+wrapper; write proposals/, tmp/, home/ and `cfg.writable`;
 write/ioctl on a few devices (/dev/null, /dev/tty, ...). The run directory (validation and test
 rollouts, domain data), the real archive and the rest of the user's home are not readable. Network access
 is not restricted (the agent needs its API). Without Landlock the session still runs, and the note says
-writes are detected, not prevented. Either way the workspace is hashed before and after the session: any
-change outside proposals/ and tmp/ is a containment violation, logged, and a changed archive copy discards
-the session's proposals. Writes outside the workspace cannot be detected without Landlock.
+writes are detected, not prevented. Either way the workspace is hashed before and after the session:
+any change outside proposals/, tmp/ and home/ is a containment violation, logged, and a changed archive
+copy discards the session's proposals. Writes outside the workspace cannot be detected without Landlock.
 
 Results: proposals/pending_eval.json lists {"name", "file", "hypothesis", "base"}; each file must lie
 inside proposals/ (no "..", no symlinks, no hard links), be a regular UTF-8 text file under
@@ -65,6 +67,7 @@ from whale.search.agent_workspace import (
     collect,
     compare,
     copy_for_log,
+    copy_home_files,
     remove_tree,
     snapshot,
 )
@@ -83,12 +86,12 @@ PRESETS: dict[str, dict[str, list[str]]] = {
             "--permission-mode",
             "acceptEdits",
         ],
-        "writable": ["~/.claude", "~/.claude.json"],  # its login, settings and session state
+        "home_files": ["~/.claude/.credentials.json", "~/.claude/settings.json", "~/.claude.json"],  # login
     },
     "codex": {
         # exec: non-interactive; --full-auto: edits and commands inside the workspace without asking
         "command": ["codex", "exec", "--skip-git-repo-check", "--full-auto", "{prompt}"],
-        "writable": ["~/.codex"],
+        "home_files": ["~/.codex/auth.json", "~/.codex/config.toml"],
     },
 }
 
@@ -155,13 +158,17 @@ class AgentProposer:
         before = snapshot(workspace)
         for key in ("TMPDIR", "TMP", "TEMP"):
             env[key] = str(workspace / "tmp")
+        env["HOME"] = str(workspace / "home")
+        home_files = copy_home_files(
+            preset.get("home_files", []) if cfg.home_files is None else cfg.home_files, workspace / "home"
+        )
         fill = {
             "{workspace}": str(workspace),
             "{n}": str(request.n),
             "{prompt}": PROMPT.replace("{n}", str(request.n)),
         }
         argv = [exe] + [_fill(a, fill) for a in template[1:]]
-        writable = [_expand(p) for p in preset.get("writable", []) + list(cfg.writable)]
+        writable = [_expand(p) for p in cfg.writable]
         readable = [_expand(p) for p in cfg.readable] + install_paths(exe, env["PATH"]) + python_paths()
         abi = landlock.abi_version()
         rules = {
@@ -180,6 +187,7 @@ class AgentProposer:
                 "sandbox": rules,
                 "landlock_abi": abi,
                 "env": sorted(env),
+                "home_files": home_files,
                 "missing_paths": missing,
             },
         )

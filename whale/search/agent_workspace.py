@@ -26,7 +26,8 @@ MAX_LOG_COPY_BYTES = 1_000_000  # files larger than this are not copied into the
 MAX_LOG_COPY_FILES = 500
 
 
-UNCHECKED = ("proposals", "tmp")  # workspace folders the agent may change
+UNCHECKED = ("proposals", "tmp", "home")  # workspace folders the agent may change
+MAX_HOME_FILE_BYTES = 1 << 20  # a login file copied into the session's home
 MAX_WALK_DEPTH = 64  # folder levels any walk of a workspace descends
 MAX_WALK_ENTRIES = 100_000
 
@@ -46,10 +47,32 @@ def build_workspace(request: ProposalRequest, workspace: Path) -> None:
     (workspace / "TASK.md").write_text(task_text(request))
     (workspace / "proposals").mkdir()
     (workspace / "tmp").mkdir()
+    (workspace / "home").mkdir()
     make_read_only(archive)
     for name in ("BRIEF.md", "TASK.md"):
         os.chmod(workspace / name, 0o444)
     os.chmod(workspace, 0o555)  # a second layer for agents that are not root: only proposals/, tmp/ writable
+
+
+def copy_home_files(names: list[str], home: Path) -> list[str]:
+    """Copy these files (paths under the user's home, e.g. an agent's login) into the session's throwaway
+    home: the agent can sign in, and nothing it writes there reaches the real one. Regular files only,
+    up to MAX_HOME_FILE_BYTES; returns the ones copied."""
+    real_home = os.path.realpath(os.path.expanduser("~"))
+    copied = []
+    for name in names:
+        source = os.path.abspath(os.path.expanduser(name))
+        rel = os.path.relpath(source, real_home)
+        if rel.startswith(os.pardir) or os.path.islink(source) or not os.path.isfile(source):
+            continue
+        if os.path.getsize(source) > MAX_HOME_FILE_BYTES:
+            continue
+        target = home / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        os.chmod(target, 0o600)
+        copied.append(rel)
+    return copied
 
 
 def task_text(request: ProposalRequest) -> str:
