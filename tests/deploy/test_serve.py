@@ -1,8 +1,10 @@
 """`whale serve` as a real process on 127.0.0.1: answers as the run's evaluation did, batches concurrent
-requests through one engine, refuses bad requests with one JSON line, and stops cleanly on SIGTERM."""
+requests through one engine, refuses bad requests with one JSON line (a foreign Host, a non-JSON post,
+a slow body), and stops cleanly on SIGTERM."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
 import socket
@@ -50,6 +52,13 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def raw(port: int, method: str, path: str, body: bytes | None = None, headers: dict | None = None) -> tuple:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.request(method, path, body, headers or {})
+    reply = connection.getresponse()
+    return reply.status, json.loads(reply.read())
+
+
 def test_serve_answers_like_the_run_batches_and_stops(agent_run, agent_bundle):
     proc = subprocess.Popen(
         [sys.executable, "-m", "whale.cli", "serve", str(agent_bundle), "--port", "0"],
@@ -59,6 +68,10 @@ def test_serve_answers_like_the_run_batches_and_stops(agent_run, agent_bundle):
         line = proc.stdout.readline()
         assert "serving agent w4-c0000 on http://127.0.0.1:" in line, line + proc.stderr.read()[-2000:]
         url = line.split(" on ")[1].split()[0]
+        port = int(url.rsplit(":", 1)[1])
+        slow = socket.create_connection(("127.0.0.1", port))  # declares 10 bytes of body, sends 1
+        slow.sendall(f"POST /run HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 10\r\n\r\n{".encode())  # fmt: skip
 
         status, health = call(f"{url}/health")
         assert status == 200 and health["status"] == "ok" and health["agent"] == "w4-c0000"
@@ -88,6 +101,12 @@ def test_serve_answers_like_the_run_batches_and_stops(agent_run, agent_bundle):
             status, reply = call(f"{url}/run", body)
             assert status == 400 and words in reply["error"] and "\n" not in reply["error"], reply
         assert call(f"{url}/nope")[0] == 404
+        assert raw(port, "GET", "/health", headers={"Host": "evil.example"})[0] == 421  # DNS rebinding
+        assert raw(port, "POST", "/run", b"{}", {"Content-Type": "text/plain"})[0] == 415  # a form post
+        assert raw(port, "GET", "/run")[0] == 405
+        slow.settimeout(60)
+        assert slow.recv(100).startswith(b"HTTP/1.1 408 ")  # the slow client is cut off, others were served
+        slow.close()
         assert proc.poll() is None  # bad requests do not take the server down
 
         workers = children(proc.pid)

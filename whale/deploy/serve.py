@@ -1,35 +1,50 @@
-"""`whale serve`: an agent bundle behind HTTP on 127.0.0.1, standard library only.
+"""`whale serve`: an agent bundle behind HTTP on 127.0.0.1, on uvicorn and starlette.
 
     GET  /health  -> {"status": "ok", "agent", "weights", "harness", "domain", "requests", "batches",
                       "largest_batch"}
     POST /run     {"inputs": {...task inputs...}} or {"task_id": "<a task of the domain>"}
                   -> {"agent", "answer", "error", "reward", "trace"}
 
-Handler threads only parse and queue. One batching thread takes everything pending and runs it through
-one `Agent.run_many`, so concurrent requests share the engine's batches the way rollouts do in training,
-and the model and sandbox workers are only ever touched by that thread. Errors are JSON too:
-{"error": "<one line>"} with status 400 (bad request), 404, 411, 413 or 500.
+The server refuses what a web page or a slow client could abuse: a Host header other than this address
+(DNS rebinding: 421), a POST that is not `application/json` (a cross-site form cannot send one without a
+CORS preflight: 415), a body over MAX_BODY (413) or not received within BODY_TIMEOUT_S (408), and more
+than MAX_CONNECTIONS connections at once (uvicorn answers 503); idle keep-alive connections close after
+KEEP_ALIVE_S, and headers are capped at MAX_HEADER_BYTES. Errors are JSON: {"error": "<one line>"}.
+
+One batching thread takes everything pending and runs it through one `Agent.run_many`, so concurrent
+requests share the engine's batches the way rollouts do in training, and the model and sandbox workers
+are only ever touched by that thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
 from whale.core.config import ConfigError
-from whale.deploy.agent import Agent, AgentAnswer, task_from_inputs
+from whale.deploy.agent import Agent, task_from_inputs
 from whale.harness.task import Task
 
 HOST = "127.0.0.1"
 MAX_BODY = 1 << 20
+MAX_HEADER_BYTES = 16 << 10
+MAX_CONNECTIONS = 64
+BODY_TIMEOUT_S = 10.0
+KEEP_ALIVE_S = 5
 BATCH_WINDOW_S = 0.01  # after the first pending request, how long others may join its batch
 
 
@@ -88,109 +103,127 @@ class Batcher:
         self.thread.join()
 
 
-class AgentServer(ThreadingHTTPServer):
-    """Listens as soon as it is made (a taken port fails before the model loads); `start(agent)` before
-    serving."""
-
-    daemon_threads = True
-    agent: Agent
-    batcher: Batcher
-
-    def __init__(self, port: int = 0):
-        super().__init__((HOST, port), Handler)
-
-    def start(self, agent: Agent) -> None:
-        self.agent = agent
-        self.batcher = Batcher(agent)
-
-    def health(self) -> dict[str, Any]:
-        m, b = self.agent.manifest, self.batcher
-        return {
-            "status": "ok", "agent": m["agent"], "weights": m["weights"], "harness": m["harness"],
-            "domain": m["domain"]["name"], "requests": b.requests, "batches": b.batches,
-            "largest_batch": b.largest_batch,
-        }  # fmt: skip
-
-    def task_from_request(self, body: bytes) -> Task:
-        """The task a POST /run body asks for; ValueError (one line) when it asks for none."""
-        try:
-            request = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            raise ValueError(f"request body: invalid JSON ({str(exc).splitlines()[0][:120]})") from None
-        if not isinstance(request, dict) or set(request) not in ({"inputs"}, {"task_id"}):
-            raise ValueError('request body: expected {"inputs": {...}} or {"task_id": "..."}')
-        if "task_id" in request:
-            return self.agent.domain_task(str(request["task_id"]))
-        return task_from_inputs(request["inputs"], "inputs")
+def health(agent: Agent, batcher: Batcher) -> dict[str, Any]:
+    m = agent.manifest
+    return {
+        "status": "ok", "agent": m["agent"], "weights": m["weights"], "harness": m["harness"],
+        "domain": m["domain"]["name"], "requests": batcher.requests, "batches": batcher.batches,
+        "largest_batch": batcher.largest_batch,
+    }  # fmt: skip
 
 
-class Handler(BaseHTTPRequestHandler):
-    server: AgentServer
-    server_version = "whale"
+def task_from_request(agent: Agent, body: bytes) -> Task:
+    """The task a POST /run body asks for; ValueError (one line) when it asks for none."""
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"request body: invalid JSON ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(request, dict) or set(request) not in ({"inputs"}, {"task_id"}):
+        raise ValueError('request body: expected {"inputs": {...}} or {"task_id": "..."}')
+    if "task_id" in request:
+        return agent.domain_task(str(request["task_id"]))
+    return task_from_inputs(request["inputs"], "inputs")
 
-    def _reply(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server name
-        if self.path != "/health":
-            self._reply(404, {"error": f"{self.path}: no such route (GET /health, POST /run)"})
-            return
-        self._reply(200, self.server.health())
+def refusal(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server name
-        if self.path != "/run":
-            self._reply(404, {"error": f"{self.path}: no such route (GET /health, POST /run)"})
-            return
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            self._reply(411, {"error": "request body: Content-Length required"})
-            return
+
+class HostCheck:
+    """ASGI middleware: only requests addressed to this server by its own address are answered, so a
+    page on another site whose name was re-pointed at 127.0.0.1 (DNS rebinding) cannot reach it."""
+
+    def __init__(self, app: Any, port: int):
+        self.app, self.address = app, f"{HOST}:{port}"
+        self.hosts = {self.address, f"localhost:{port}"}
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if host not in self.hosts:
+                message = f"Host {host[:100]!r}: this server answers only to {self.address}"
+                await refusal(421, message)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def make_app(agent: Agent, batcher: Batcher, port: int) -> HostCheck:
+    async def get_health(request: Request) -> JSONResponse:
+        return JSONResponse(health(agent, batcher))
+
+    async def post_run(request: Request) -> JSONResponse:
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            return refusal(415, f"request body: Content-Type must be application/json (got {kind[:60]!r})")
+        length = request.headers.get("content-length", "")
+        if not length.isdigit():
+            return refusal(411, "request body: Content-Length required")
         if int(length) > MAX_BODY:
-            self._reply(413, {"error": f"request body: {length} bytes (limit {MAX_BODY})"})
-            return
+            return refusal(413, f"request body: {length} bytes (limit {MAX_BODY})")
         try:
-            task = self.server.task_from_request(self.rfile.read(int(length)))
+            body = await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
+        except TimeoutError:
+            return refusal(408, f"request body: not received within {BODY_TIMEOUT_S:g} s")
+        try:
+            task = task_from_request(agent, body)
         except ValueError as exc:
-            self._reply(400, {"error": str(exc)})
-            return
+            return refusal(400, str(exc))
         try:
-            answer: AgentAnswer = self.server.batcher.submit(task).result()
+            answer = await asyncio.wrap_future(batcher.submit(task))
         except Exception as exc:  # noqa: BLE001 - reported to the client, the server stays up
-            self._reply(500, {"error": f"the agent failed: {type(exc).__name__}: {str(exc)[:300]}"})
-            return
-        self._reply(200, answer.to_json())
+            return refusal(500, f"the agent failed: {type(exc).__name__}: {str(exc)[:300]}")
+        return JSONResponse(answer.to_json())
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server signature
-        """Quiet: one line per request on stderr would drown the console."""
+    async def no_route(request: Request, exc: Exception) -> JSONResponse:
+        status = getattr(exc, "status_code", 404)
+        return refusal(
+            status, f"{request.method} {request.url.path[:100]}: no such route (GET /health, POST /run)"
+        )
+
+    routes = [Route("/health", get_health, methods=["GET"]), Route("/run", post_run, methods=["POST"])]
+    return HostCheck(Starlette(routes=routes, exception_handlers={404: no_route, 405: no_route}), port)
+
+
+def listen(port: int) -> socket.socket:
+    """The listening socket, before the model loads: a taken port is one line at once."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((HOST, port))
+        sock.listen(MAX_CONNECTIONS)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"--port {port}: cannot listen on {HOST} ({exc.strerror or exc})") from None
+    return sock
 
 
 def serve(folder: Path, port: int, temperature: float | None, announce: Any = print) -> None:
     """Serve the bundle until SIGINT or SIGTERM; stops the sandbox workers on the way out."""
+    import uvicorn
+
     from whale.deploy.agent import load_agent
 
-    try:
-        server = AgentServer(port)
-    except OSError as exc:
-        raise ConfigError(f"--port {port}: cannot listen on {HOST} ({exc.strerror or exc})") from None
+    sock = listen(port)
     try:
         agent = load_agent(folder, temperature)
     except BaseException:
-        server.server_close()
+        sock.close()
         raise
-    server.start(agent)
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
-    announce(f"serving agent {agent.version} on http://{HOST}:{server.server_port} (GET /health, POST /run)")
+    batcher = Batcher(agent)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        make_app(agent, batcher, port), http="h11", loop="asyncio", ws="none", lifespan="off",
+        log_level="warning", access_log=False, server_header=False, limit_concurrency=MAX_CONNECTIONS,
+        timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=5,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )  # fmt: skip
+    for stop in (signal.SIGINT, signal.SIGTERM):  # uvicorn re-raises the signal it stopped on: let it land
+        signal.signal(stop, lambda *_: None)
+    announce(f"serving agent {agent.version} on http://{HOST}:{port} (GET /health, POST /run)")
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
-        server.server_close()
-        server.batcher.close()
+        sock.close()
+        batcher.close()
         agent.close()
     announce("stopped")
