@@ -97,7 +97,7 @@ def test_trainer_figures_and_ratio(bench) -> None:
 
 def test_rollout_overhead_is_the_share_of_wall_time_outside_the_engine(bench) -> None:
     ro = bench[1]["rollout"]
-    assert set(ro["runs"]) == {"cold", "warm", "barrier"} and ro["engine"] == "FastEngine"
+    assert set(ro["runs"]) == {"cold", "warm", "barrier", "fresh"} and ro["engine"] == "FastEngine"
     assert close(ro["continuous_speedup"], ro["runs"]["barrier"]["wall_s"] / ro["runs"]["warm"]["wall_s"])
     for run in ro["runs"].values():
         assert run["rollouts"] > 0 and run["failed"] == 0, run["error_kinds"]
@@ -108,6 +108,7 @@ def test_rollout_overhead_is_the_share_of_wall_time_outside_the_engine(bench) ->
         assert close(run["tokens_per_s"], run["generated_tokens"] / run["wall_s"])
         assert close(run["overhead"], (run["wall_s"] - run["engine_s"]) / run["wall_s"])
     assert close(ro["overhead"], ro["runs"]["warm"]["overhead"])
+    assert close(ro["overhead_fresh"], ro["runs"]["fresh"]["overhead"])
 
 
 def test_verdicts_read_the_stated_figures_and_the_tables_are_printed(bench) -> None:

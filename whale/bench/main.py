@@ -120,6 +120,8 @@ def verdicts(result: dict[str, Any]) -> list[dict[str, Any]]:
         (f"trainer vs {result['trainer']['baseline_kind']} baseline", result["trainer"]["ratio"], ">=",
          TARGETS["trainer_vs_baseline"]),
         ("sandbox+IPC share of rollout wall (warm)", result["rollout"]["overhead"], "<=", OVERHEAD_TARGET),
+        ("sandbox+IPC share of rollout wall (a fresh worker per rollout)",
+         result["rollout"]["overhead_fresh"], "<=", OVERHEAD_TARGET),
     ]  # fmt: skip
     return [
         {"name": name, "value": value, "op": op, "target": target,

@@ -137,13 +137,19 @@ def bench_rollout(
     runs = {}
     try:
         # cold starts the worker processes; warm reuses them, as a run does; barrier is warm again with the
-        # engine seen through generate() only: one batch once every busy worker waits (no continuous batching)
-        for phase in ("cold", "warm", "barrier"):
+        # engine seen through generate() only: one batch once every busy worker waits (no continuous
+        # batching); fresh gives every rollout a candidate of its own, so none reuses a worker (the worst
+        # case of "no worker runs two candidates": a search whose candidates each run one rollout)
+        for phase in ("cold", "warm", "barrier", "fresh"):
             log(f"rollout: {len(tasks)} rollouts ({phase})")
             engine = barrier if phase == "barrier" else continuous
             runner.engine, runner.continuous = engine, engine is continuous
             engine.reset()
-            jobs = [RolloutJob(t, harness, 0, salt=phase) for t in tasks]
+            jobs = [
+                RolloutJob(t, HarnessCandidate(f"bench-{i}", harness.source) if phase == "fresh" else harness,
+                           0, salt=phase)
+                for i, t in enumerate(tasks)
+            ]  # fmt: skip
             start = time.perf_counter()
             rollouts = runner.run(jobs)
             wall = time.perf_counter() - start
@@ -181,6 +187,7 @@ def bench_rollout(
         "sandbox_problems": list(runner.sandbox_problems),
         "runs": runs,
         "overhead": runs["warm"]["overhead"],
+        "overhead_fresh": runs["fresh"]["overhead"],
         "worker_peak_rss_mib": {
             "count": len(workers),
             "max": max(workers, default=None),
