@@ -77,7 +77,7 @@ def domains() -> None:
     for col in ("name", "source", "train", "search", "val", "test", "about"):
         table.add_column(col)
     for name, target in sorted(available().items()):
-        domain = build_domain(DomainConfig(name=name))
+        domain = build_domain(DomainConfig(name=name), load=False)
         sizes = {k: str(len(v)) for k, v in domain.splits().items()}
         about = domain.brief.strip().splitlines()[0][:60]
         table.add_row(name, target, sizes["train"], sizes["search"], sizes["val"], sizes["test"], about)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,13 @@ import chess
 import chess.pgn
 
 from whale.domains.base import SPLITS
-from whale.domains.chess_files import load_lichess_csv, load_pgn_puzzles
+from whale.domains.chess_files import GOALS, load_lichess_csv, load_pgn_puzzles
 from whale.domains.chess_puzzles import UCI_MOVE, Puzzle, generate_mate_in_one, position_key, side_name
 from whale.harness.task import Task, ToolError
 
 DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
 SOURCES = ("mate1", "lichess", "pgn")
+SKIPS_SHOWN = 5  # skipped puzzles listed one by one on stderr; the summary counts them all
 MAX_MOVE_CHARS = 16
 
 
@@ -42,16 +44,17 @@ MAX_MOVE_CHARS = 16
 class ChessToolbox:
     """One rollout's board and its progress through the solution line.
 
-    `status` is "playing", "solved" or "failed". Malformed or illegal moves raise ToolError and use up the
-    retry budget: with `retries` = k the harness may make k such mistakes and go on; the next one fails the
-    puzzle, and after that every play raises "no retries left"."""
+    `status` is "playing", "solved", "failed" or, for a position with no known line (an agent given a
+    new FEN), "played" after a legal move that does not mate. Malformed or illegal moves raise ToolError
+    and use up the retry budget: with `retries` = k the harness may make k such mistakes and go on; the
+    next one fails the puzzle, and after that every play raises "no retries left"."""
 
     names = ("board", "side_to_move", "legal_moves", "play")
 
-    def __init__(self, fen: str, line: list[str] | tuple[str, ...], retries: int = 2):
+    def __init__(self, fen: str, line: list[str] | tuple[str, ...] | None, retries: int = 2):
         self.position = chess.Board(fen)
         self.solver = self.position.turn
-        self.line = list(line)
+        self.line = list(line or ())
         self.ply = 0  # index in `line` of the solver's next expected move
         self.retries_left = retries
         self.exhausted = False
@@ -149,9 +152,15 @@ class ChessToolbox:
             return self.outcome(False, result, None, None, f"the puzzle is already over ({self.status})")
         parsed = self.parse(move)
         san = self.position.san(parsed)
-        expected = self.line[self.ply]
         self.position.push(parsed)
         self.played.append(san)
+        if not self.line:  # a new position: a mate solves it, any other legal move is simply played
+            self.status = "solved" if self.position.is_checkmate() else "played"
+            result = "solved" if self.status == "solved" else "played"
+            return self.outcome(
+                True, result, san, None, f"{san} is {'mate' if result == 'solved' else 'played'}"
+            )
+        expected = self.line[self.ply]
         if parsed.uci() == expected:
             self.ply += 1
         elif self.position.is_checkmate():  # a different mate also solves
@@ -257,6 +266,10 @@ class ChessDomain:
         source: str = "mate1",
         path: str | Path | None = None,
         retries: int = 2,
+        encoding: str = "auto",
+        goal: str = "mate",
+        strict: bool = False,
+        allow_short: bool = False,
     ):
         unknown = set(sizes or {}) - set(SPLITS)
         if unknown:
@@ -269,6 +282,14 @@ class ChessDomain:
             raise ValueError(f"chess puzzle file not found: {path}")
         if not isinstance(retries, int) or retries < 0:
             raise ValueError(f"chess retries must be an integer >= 0, got {retries!r}")
+        if goal not in GOALS:
+            raise ValueError(f"chess goal must be one of {list(GOALS)}, got {goal!r}")
+        self.encoding, self.goal, self.strict, self.allow_short = (
+            encoding,
+            goal,
+            bool(strict),
+            bool(allow_short),
+        )
         self.seed = seed
         self.sizes = {**DEFAULT_SIZES, **(sizes or {})}
         self.source = source
@@ -295,10 +316,22 @@ class ChessDomain:
         return out
 
     def loaded(self) -> dict[str, list[Puzzle]]:
+        """The file's puzzles dealt to the splits; a one-line summary of what was loaded and skipped goes
+        to stderr (with the first skips), and `strict` makes any skip an error."""
         load = load_lichess_csv if self.source == "lichess" else load_pgn_puzzles
+        result = load(self.path, self.encoding, self.goal)
+        if result.skipped and self.strict:
+            raise ValueError(f"{result.skipped[0]} (strict: every puzzle must load; {result.summary()})")
         unique: dict[str, Puzzle] = {}
-        for puzzle in load(self.path):
+        for puzzle in result.puzzles:
             unique.setdefault(position_key(puzzle.fen), puzzle)
+        duplicates = len(result.puzzles) - len(unique)
+        note = f"; {duplicates} repeated positions dropped" if duplicates else ""
+        print(f"whale: {self.path} ({result.encoding}): puzzles {result.summary()}{note}", file=sys.stderr)
+        for line in result.skipped[:SKIPS_SHOWN]:
+            print(f"  skipped {line}", file=sys.stderr)
+        if len(result.skipped) > SKIPS_SHOWN:
+            print(f"  ... and {len(result.skipped) - SKIPS_SHOWN} more", file=sys.stderr)
 
         def rank(key: str) -> str:
             return hashlib.sha256(f"{self.seed}:{key}".encode()).hexdigest()
@@ -314,13 +347,22 @@ class ChessDomain:
         for split in ("test", "val", "search", "train"):
             out[split] = ordered[start : start + self.sizes[split]]
             start += self.sizes[split]
+        if len(out["train"]) < self.sizes["train"]:
+            short = f"train gets {len(out['train'])} of the {self.sizes['train']} puzzles asked for"
+            if not self.allow_short:
+                raise ValueError(
+                    f"{self.path}: {short} (set the chess option allow_short: true to run anyway)"
+                )
+            print(f"whale: {self.path}: {short} (allow_short)", file=sys.stderr)
+        used = ", ".join(f"{split} {len(out[split])}" for split in ("train", "search", "val", "test"))
+        print(f"whale: {self.path}: splits used: {used}", file=sys.stderr)
         return out
 
     def seed_harness(self) -> str:
         return (Path(__file__).parent / "harnesses" / "chess_seed.py").read_text(encoding="utf-8")
 
     def toolbox(self, task: Task) -> ChessToolbox:
-        return ChessToolbox(task.inputs["fen"], task.gold["line"], self.retries)
+        return ChessToolbox(task.inputs["fen"], (task.gold or {}).get("line"), self.retries)
 
     def verify(self, task: Task, answer: str | None, toolbox: Any) -> float:
         """1.0 when the rollout's toolbox solved the puzzle. When the harness never called play, its answer

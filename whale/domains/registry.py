@@ -49,18 +49,20 @@ def load_domain_file(path: str) -> Any:
     return factory
 
 
-def build_domain(cfg: DomainConfig) -> Domain:
+def build_domain(cfg: DomainConfig, load: bool = True) -> Domain:
+    """The configured domain; with `load`, its splits are built now, so a bad data file is a one-line
+    ConfigError before anything runs rather than a traceback later."""
     if cfg.file:
         factory = load_domain_file(cfg.file)
-        return _call(factory, cfg)
+        return _call(factory, cfg, load)
     targets = available()
     if cfg.name not in targets:
         names = ", ".join(sorted(targets))
         raise ConfigError(f"domain.name: unknown domain {cfg.name!r} (available: {names})")
-    return _call(_load(targets[cfg.name]), cfg)
+    return _call(_load(targets[cfg.name]), cfg, load)
 
 
-def _call(factory: Any, cfg: DomainConfig) -> Domain:
+def _call(factory: Any, cfg: DomainConfig, load: bool) -> Domain:
     try:
         domain = factory(seed=cfg.seed, sizes=cfg.sizes, **cfg.options)
     except (TypeError, ValueError, OSError) as exc:
@@ -72,4 +74,9 @@ def _call(factory: Any, cfg: DomainConfig) -> Domain:
         raise ConfigError(
             f"domain {cfg.file or cfg.name}: missing {', '.join(missing)} (see docs/domains.md)"
         )
+    if load:
+        try:
+            domain.splits()
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"domain {cfg.file or cfg.name}: {exc}") from None
     return domain
