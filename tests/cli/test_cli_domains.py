@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import chess
 import pytest
 from test_cli import assert_user_error, check_complete_run, whale
 
 from whale.core.files import read_jsonl
 from whale.core.stats import task_means
-from whale.deploy.agent import load_agent
+from whale.deploy.agent import load_agent, task_from_inputs
 from whale.deploy.bundle import export_bundle
 from whale.deploy.versions import agent_versions
+from whale.domains.chess_puzzles import generate_mate_in_one
 
 pytestmark = pytest.mark.slow
 REVERSE = Path(__file__).resolve().parents[1] / "fixtures" / "reverse_domain.py"
@@ -26,6 +29,37 @@ def test_tiny_run_on_each_builtin_domain(tmp_path, domain):
     rollout = read_jsonl(out / "rollouts/train.jsonl")[0]
     assert rollout["task_id"].startswith(domain)
     assert read_jsonl(out / "events.jsonl")[0]["config"]["domain"]["name"] == domain
+
+
+def test_a_chess_bundle_from_a_puzzle_file_moves_and_plays_a_new_position(tmp_path):
+    """The puzzle file travels inside the bundle (no absolute path to it), and the toolbox plays a FEN
+    that is in no file: a new position needs no stored solution line."""
+    pgn = tmp_path / "puzzles.pgn"
+    games = []
+    for puzzle in generate_mate_in_one("bundle-file", 30):
+        mate = chess.Board(puzzle.fen).variation_san([chess.Move.from_uci(puzzle.line[0])])
+        games.append(f'[FEN "{puzzle.fen}"]\n\n{mate} *\n')
+    pgn.write_text("\n".join(games), encoding="utf-8")
+    out = tmp_path / "run"
+    sizes = "domain.sizes={train: 12, search: 6, val: 6, test: 6}"
+    proc = whale("run", "--preset", "tiny", "--set", "domain=chess", "--set", "domain.options.source=pgn",
+                 "--set", f"domain.options.path={pgn}", "--set", sizes, "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "puzzles loaded 30, skipped 0" in proc.stderr and "splits used: train 12" in proc.stderr
+    export_bundle(out, agent_versions(out)[-1], tmp_path / "bundle")
+    moved = tmp_path / "elsewhere" / "bundle"
+    moved.parent.mkdir()
+    shutil.move(tmp_path / "bundle", moved)
+    pgn.unlink()
+    assert str(pgn) not in (moved / "domain.json").read_text() and (moved / "data" / "path.pgn").is_file()
+    (new,) = generate_mate_in_one("a position in no file", 1)
+    inputs = {"fen": new.fen, "side": "white" if chess.Board(new.fen).turn else "black"}
+    with load_agent(moved) as agent:
+        answer = agent(inputs)
+        box = agent.domain.toolbox(task_from_inputs(inputs))
+    assert answer.error is None and answer.reward is None, answer.error
+    mate = chess.Board(new.fen).san(chess.Move.from_uci(new.line[0]))
+    assert box.play(mate)["result"] == "solved"  # the tools know mate without a stored line
 
 
 def test_user_domain_file_runs_and_bad_files_are_one_line_errors(tmp_path, capsys):

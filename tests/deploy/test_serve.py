@@ -101,6 +101,8 @@ def test_serve_answers_like_the_run_batches_and_stops(agent_run, agent_bundle):
             status, reply = call(f"{url}/run", body)
             assert status == 400 and words in reply["error"] and "\n" not in reply["error"], reply
         assert call(f"{url}/nope")[0] == 404
+        status, crashed = call(f"{url}/run", b'{"inputs": {"not_the_question": "2+2?"}}')
+        assert status == 500 and crashed["error"].startswith("crash: KeyError") and crashed["answer"] is None
         assert raw(port, "GET", "/health", headers={"Host": "evil.example"})[0] == 421  # DNS rebinding
         assert raw(port, "POST", "/run", b"{}", {"Content-Type": "text/plain"})[0] == 415  # a form post
         assert raw(port, "GET", "/run")[0] == 405

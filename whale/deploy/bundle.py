@@ -4,6 +4,7 @@
     <bundle>/README.md      what the agent is and how to run it
     <bundle>/harness.py     the harness
     <bundle>/domain.json    the domain (its tools) and options; domain.py holds a user's domain file
+    <bundle>/data/          copies of the files the domain options name (a puzzle file, a dataset)
     <bundle>/scores.json    per-task rewards on val and test at the version's evaluation point
     <bundle>/model/         merged weights and tokenizer (transformers save_pretrained, safetensors), or
     <bundle>/adapter/       the LoRA adapter (peft) over the base model the manifest names (`--adapter`)
@@ -57,6 +58,16 @@ def bundle_files(folder: Path) -> list[str]:
         for p in folder.rglob("*")
         if (p.is_file() or p.is_symlink()) and p.name != MANIFEST and "__pycache__" not in p.parts
     )
+
+
+def data_files(options: dict[str, Any]) -> dict[str, tuple[Path, str]]:
+    """The domain options that name a file (a puzzle file, a dataset): each is copied into the bundle's
+    data/ folder and the option pointed there on load, so a bundle works wherever it is moved."""
+    found = {}
+    for key, value in options.items():
+        if isinstance(value, str) and value and Path(value).is_file():
+            found[key] = (Path(value), f"data/{key}{Path(value).suffix}")
+    return found
 
 
 def package_versions() -> dict[str, str]:
@@ -170,6 +181,9 @@ def export_bundle(run: Path, version: AgentVersion, out: Path, adapter: bool = F
         raise ConfigError(f"--adapter: {run} fine-tuned every weight (weights.lora is false); export merged")
     domain = cfg.domain.model_dump(include={"name", "seed", "sizes", "options"})
     domain["file"] = "domain.py" if cfg.domain.file else None
+    data = data_files(cfg.domain.options)
+    domain["data"] = {key: rel for key, (_, rel) in data.items()}
+    domain["options"] = {**domain["options"], **domain["data"]}  # relative to the bundle
     if cfg.domain.file and not Path(cfg.domain.file).is_file():
         raise ConfigError(f"{run}: its domain file {cfg.domain.file} is gone; it belongs in the bundle")
     base = cfg.model.name
@@ -180,6 +194,9 @@ def export_bundle(run: Path, version: AgentVersion, out: Path, adapter: bool = F
         shutil.copyfile(RunDir(run).harness_file(version.harness), tmp / "harness.py")
         if cfg.domain.file:
             shutil.copyfile(cfg.domain.file, tmp / "domain.py")
+        for source, rel in data.values():
+            (tmp / rel).parent.mkdir(exist_ok=True)
+            shutil.copyfile(source, tmp / rel)
         atomic_write_json(tmp / "domain.json", domain)
         scores = _per_task_rewards(run, version.point)
         atomic_write_json(tmp / "scores.json", scores)
@@ -250,6 +267,8 @@ def bundle_config(folder: Path, manifest: dict[str, Any], temperature: float | N
     data = json.loads(json.dumps(manifest["config"]))
     data["domain"]["harness"] = None
     data["domain"]["file"] = str(folder / "domain.py") if manifest["domain"]["file"] else None
+    for key, rel in (manifest["domain"].get("data") or {}).items():
+        data["domain"]["options"][key] = str(folder / rel)
     if temperature is not None:
         data["sampling"]["temperature"] = temperature
     return config_from_dict(data, f"{folder / MANIFEST} (config)")

@@ -9,7 +9,9 @@ The server refuses what a web page or a slow client could abuse: a Host header o
 (DNS rebinding: 421), a POST that is not `application/json` (a cross-site form cannot send one without a
 CORS preflight: 415), a body over MAX_BODY (413) or not received within BODY_TIMEOUT_S (408), and more
 than MAX_CONNECTIONS connections at once (uvicorn answers 503); idle keep-alive connections close after
-KEEP_ALIVE_S, and headers are capped at MAX_HEADER_BYTES. Errors are JSON: {"error": "<one line>"}.
+KEEP_ALIVE_S, and headers are capped at MAX_HEADER_BYTES. Errors are JSON: {"error": "<one line>"}; a
+rollout that failed (the harness crashed, timed out, ...) is a 500 whose body is the answer with its
+reason in "error" and the trace.
 
 One batching thread takes everything pending and runs it through one `Agent.run_many`, so concurrent
 requests share the engine's batches the way rollouts do in training, and the model and sandbox workers
@@ -172,7 +174,7 @@ def make_app(agent: Agent, batcher: Batcher, port: int) -> HostCheck:
             answer = await asyncio.wrap_future(batcher.submit(task))
         except Exception as exc:  # noqa: BLE001 - reported to the client, the server stays up
             return refusal(500, f"the agent failed: {type(exc).__name__}: {str(exc)[:300]}")
-        return JSONResponse(answer.to_json())
+        return JSONResponse(answer.to_json(), status_code=500 if answer.error else 200)  # a failed rollout
 
     async def no_route(request: Request, exc: Exception) -> JSONResponse:
         status = getattr(exc, "status_code", 404)
