@@ -300,7 +300,7 @@ def test_attribute_gains_splits_each_change_by_the_rollouts_each_phase_spent():
 
 
 def test_attribution_proportional_split_and_one_sided_runs():
-    points = [point(0, 0, 0.2, 0.2), point(1, 40, 0.6, 0.5)]
+    points = [point(0, 0, 0.2, 0.2), {**point(1, 40, 0.6, 0.5), "harness": "c0001"}]  # both sides changed
     events = [weight_step(1, 16), {"event": "search_iteration", "spent": 24, "rollouts": 40}]
     (interval,) = attribute_gains(points, events)
     assert interval.gain("weights") == pytest.approx(0.4 * 16 / 40)
@@ -313,6 +313,23 @@ def test_attribution_proportional_split_and_one_sided_runs():
     assert attribute_gains(points[:1], events) == []
     flat = attribute_gains([point(0, 0, 0.2, 0.2), point(1, 40, 0.21, 0.2)], events)
     assert bottleneck_verdict(flat).startswith("Neither side measurably moved")
+
+
+def test_a_side_that_changed_nothing_gets_no_credit():
+    """The issue-24 run: the weights stayed w2 while a harness flip made the whole +1.0; most rollouts
+    were weight steps that changed nothing (no update), which a split by rollout share would credit."""
+    same_weights = [
+        {**point(0, 0, 0.0, 0.0), "weights": "w2"},
+        {**point(1, 60, 1.0, 1.0), "weights": "w2", "harness": "c0001"},
+        {**point(2, 90, 0.9, 0.9), "weights": "w2", "harness": "c0001"},
+    ]
+    events = [weight_step(1, 50), {"event": "search_iteration", "spent": 10, "rollouts": 60},
+              weight_step(2, 90)]  # fmt: skip
+    flip, nothing = attribute_gains(same_weights, events)
+    assert (flip.weight_rollouts, flip.harness_rollouts) == (16, 10) and flip.basis == "harness only changed"
+    assert flip.gain("weights") == 0.0 and flip.gain("harness") == pytest.approx(1.0)
+    assert nothing.basis == "nothing changed" and nothing.gain("weights") == nothing.gain("harness") == 0.0
+    assert gain_per_1000([flip, nothing]) == pytest.approx({"weights": 0.0, "harness": 100.0})
 
 
 def test_phase_intervals_follow_the_switches():

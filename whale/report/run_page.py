@@ -278,6 +278,7 @@ def section_bottleneck(run: RunFiles) -> str:
             f"{i.gain(HARNESS):+.4f}",
             f"{1000 * i.change / i.spent:+.4f}" if i.spent else "-",
             "yes" if i.within_ci else "no",
+            i.basis,
         ]
         for i in intervals
     ]
@@ -291,6 +292,7 @@ def section_bottleneck(run: RunFiles) -> str:
         "harness gain",
         "change per 1,000",
         "within CI (noise)",
+        "credited",
     ]
     rates = gain_per_1000(intervals)
     totals = table_html(
@@ -307,9 +309,11 @@ def section_bottleneck(run: RunFiles) -> str:
         {1, 2, 3},
     )
     explain = (
-        '<p class="note">The test mean@k change between two consecutive evaluation points is split between '
-        "weight phases and harness phases in proportion to the budget rollouts each spent in between "
-        "(RFT steps vs search iterations and re-evaluations).</p>"
+        '<p class="note">The test mean@k change between two consecutive evaluation points goes to the side '
+        "whose part of the agent changed (the weights version or the harness id): all of it when only one "
+        "changed, none to a side that did not. Only when both changed is it split in proportion to the "
+        "budget rollouts each spent in between (RFT steps vs search iterations and re-evaluations); the "
+        "column 'credited' says which.</p>"
     )
     body = (
         f"<p><strong>{esc(bottleneck_verdict(intervals))}</strong></p>\n{explain}\n"

@@ -1,5 +1,6 @@
-"""Which side carried a run's gains: test gain between evaluation points, apportioned to the weight and
-harness phases by the budget each spent in between."""
+"""Which side carried a run's gains: test gain between evaluation points, credited to the side whose
+agent part changed (the weights version or the harness id). Only when both changed is the gain
+apportioned by the budget each spent in between; a side that changed nothing is never credited."""
 
 from __future__ import annotations
 
@@ -63,15 +64,34 @@ class Interval:
     weight_rollouts: int
     harness_rollouts: int
     within_ci: bool  # the two points' test CIs overlap: the change is within noise
+    weights_changed: bool = True  # the two points' weights versions differ
+    harness_changed: bool = True  # the two points' harness ids differ
 
     @property
     def spent(self) -> int:
         return self.weight_rollouts + self.harness_rollouts
 
+    @property
+    def basis(self) -> str:
+        """How the change is credited: to the one side that changed, to neither, or split."""
+        if self.weights_changed and self.harness_changed:
+            return "split by rollout share"
+        if self.weights_changed or self.harness_changed:
+            return f"{WEIGHTS if self.weights_changed else HARNESS} only changed"
+        return "nothing changed"
+
     def gain(self, kind: str) -> float:
-        """The share of the change attributed to `kind`, in proportion to the rollouts it spent."""
-        if not self.spent:
+        """The change credited to `kind`: all of it when only `kind` changed, none when `kind` did not
+        change, else its share in proportion to the rollouts it spent."""
+        mine, other = (
+            (self.weights_changed, self.harness_changed)
+            if kind == WEIGHTS
+            else (self.harness_changed, self.weights_changed)
+        )
+        if not mine or not self.spent:
             return 0.0
+        if not other:
+            return self.change
         return self.change * (self.weight_rollouts if kind == WEIGHTS else self.harness_rollouts) / self.spent
 
 
@@ -97,6 +117,8 @@ def attribute_gains(points: list[dict[str, Any]], events: list[dict[str, Any]]) 
                 spent[WEIGHTS],
                 spent[HARNESS],
                 overlap,
+                a.get("weights") != b.get("weights") or "weights" not in a,
+                a.get("harness") != b.get("harness") or "harness" not in a,
             )
         )
     return out
@@ -117,7 +139,8 @@ def bottleneck_verdict(intervals: list[Interval]) -> str:
     w, h = rates[WEIGHTS], rates[HARNESS]
     noisy = sum(i.within_ci for i in intervals)
     caveat = (
-        f" This is an attribution by rollout share, not an ablation; {noisy} of {len(intervals)} "
+        " A side is credited only for intervals in which its part of the agent changed (split by rollout "
+        f"share when both did): an attribution, not an ablation; {noisy} of {len(intervals)} "
         "interval(s) changed by less than the 95% CIs, and differences within the CI are noise."
     )
     if w is None and h is None:

@@ -188,8 +188,9 @@ def section_bottleneck(s: StudySummary) -> list[str]:
         "over search iterations run before any weight update and after at least one; challengers whose "
         "search score equals the incumbent's exactly (with common random numbers, almost always an edit "
         "that changed nothing the model saw); and the test mean "
-        "change per 1,000 rollouts attributed to weight and harness phases (split by rollout share between "
-        "consecutive evaluation points, all seeds; an attribution, not an ablation).",
+        "change per 1,000 rollouts credited to weight and harness phases (between consecutive evaluation "
+        "points, to the side whose weights version or harness changed; split by rollout share only when "
+        "both changed; all seeds; an attribution, not an ablation).",
         "",
         md_table(
             [
