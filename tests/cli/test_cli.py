@@ -40,11 +40,22 @@ def assert_user_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
 
 def test_user_errors_print_one_line_and_exit_2(tmp_path):
     assert_user_error(whale("run", "--preset", "tiny", "--set", "rft.kk=1", "--out", str(tmp_path / "r")),
-                      "unknown key 'rft.kk'")  # fmt: skip
+                      "unknown key 'rft.kk'; did you mean 'rft.k'?")  # fmt: skip
     assert not (tmp_path / "r").exists()
+    (tmp_path / "a-file").write_text("x")
+    assert_user_error(
+        whale("run", "--preset", "tiny", "--out", str(tmp_path / "a-file")), "a file, not a folder"
+    )
     assert_user_error(whale("run", "--preset", "tiny", "--set", "rft.k=-1"), "rft.k")
     assert_user_error(whale("run", "--config", str(tmp_path / "missing.yaml")), "config file not found")
     assert_user_error(whale("run", "--resume", str(tmp_path)), "no config.yaml")
+
+
+def test_harness_seed_prints_the_domains_seed_harness():
+    from whale.domains.chess import ChessDomain
+
+    proc = whale("harness", "seed", "--domain", "chess")
+    assert proc.returncode == 0 and proc.stdout == ChessDomain().seed_harness(), proc.stderr
 
 
 def check_complete_run(out: Path) -> dict:

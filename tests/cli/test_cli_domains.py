@@ -96,9 +96,12 @@ def test_domains_eval_and_harness_check_commands(tmp_path):
     harness.write_text(
         "def run(task, llm, tools):\n    return llm.chat([{'role': 'user', 'content': 'hi'}])\n"
     )
-    scored = whale("eval", "--harness", str(harness), "--preset", "tiny", "--k", "2", "--split", "val")
+    scored = whale("eval", "--harness", str(harness), "--preset", "tiny", "--k", "2", "--split", "val",
+                   "--show-traces", "1")  # fmt: skip
     assert scored.returncode == 0, scored.stderr[-2000:]
     assert "mean@2" in scored.stdout and "pass@2" in scored.stdout and "rollouts" in scored.stdout
+    assert "math-val-0 sample 0 (h): reward" in scored.stdout and "  model call 0: user: hi" in scored.stdout
+    assert scored.stdout.count("    reply: ") == 1  # one rollout shown
     adds = tmp_path / "adds.py"  # no model at all: the sum of the question's first two numbers
     adds.write_text(
         "import re\ndef run(task, llm, tools):\n    a, b = re.findall(r'\\d+', task['question'])[:2]\n"

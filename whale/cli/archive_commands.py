@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -114,6 +115,9 @@ def harness_check(
     model: Annotated[str, typer.Option(help="Model for the smoke test (tiny is fast).")] = "tiny",
     tasks: Annotated[int, typer.Option(help="Smoke-test tasks.")] = 2,
     domain_file: Annotated[Path | None, typer.Option("--domain-file", help="Your own domain file.")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override, e.g. domain.options.path=p.pgn (repeatable).")
+    ] = None,
 ) -> None:
     """Static validation, then a smoke test in the sandbox; says exactly what is wrong."""
     from whale.core.config import load_config
@@ -126,7 +130,8 @@ def harness_check(
             console.print(f"{file}: {p}")
         raise typer.Exit(1)
     console.print(f"{file}: static checks passed")
-    cfg = load_config("tiny", None, [*domain_overrides(domain, domain_file), f"model.name={model}"])
+    overrides = [*domain_overrides(domain, domain_file), f"model.name={model}", *(set_ or [])]
+    cfg = load_config("tiny", None, overrides)
     _, smoke = run_harness(cfg, file.stem, source, "search", 1, "smoke test", limit=tasks)
     failed = [r for r in smoke if r.error]
     for r in smoke:
@@ -137,3 +142,19 @@ def harness_check(
     if failed:
         raise typer.Exit(1)
     console.print(f"{file}: smoke test passed on {len(smoke)} tasks")
+
+
+@harness_app.command("seed")
+def harness_seed(
+    domain: Annotated[str, typer.Option(help="Domain name.")] = "math",
+    domain_file: Annotated[Path | None, typer.Option("--domain-file", help="Your own domain file.")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a domain setting (repeatable).")
+    ] = None,
+) -> None:
+    """Print the domain's seed harness (the one a run starts from), e.g. `whale harness seed > seed.py`."""
+    from whale.core.config import load_config
+    from whale.domains.registry import build_domain
+
+    cfg = load_config("tiny", None, [*domain_overrides(domain, domain_file), *(set_ or [])])
+    sys.stdout.write(build_domain(cfg.domain, load=False).seed_harness())

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from whale.cli.app import console, user_error
 
 if TYPE_CHECKING:
     from whale.core.config import Config
+    from whale.harness.records import Rollout
 
 
 def domain_overrides(name: str, file: Path | None) -> list[str]:
@@ -61,3 +62,25 @@ def harness_source(path: Path) -> str:
     if not path.is_file():
         raise user_error(f"harness file not found: {path}")
     return path.read_text()
+
+
+def trace_lines(rollout: Rollout, width: int = 400) -> list[str]:
+    """A rollout as a person reads it: each model call's last message and reply, each tool call and
+    what it returned, then the answer and its verdict."""
+
+    def cut(text: Any) -> str:
+        text = " ".join(str(text).split())
+        return text if len(text) <= width else text[:width] + "..."
+
+    verdict = f"error {rollout.error}" if rollout.error else f"reward {rollout.reward}"
+    out = [f"{rollout.task_id} sample {rollout.sample} ({rollout.harness_id}): {verdict}"]
+    for i, call in enumerate(rollout.calls):
+        last = call.messages[-1] if call.messages else {}
+        out.append(f"  model call {i}: {last.get('role', '?')}: {cut(last.get('content', ''))}")
+        out.append(f"    reply: {cut(call.text)}")
+    for call in rollout.tool_calls:
+        args = ", ".join([*map(repr, call.args), *(f"{k}={v!r}" for k, v in call.kwargs.items())])
+        result = f"error {call.error}" if call.error else cut(call.result)
+        out.append(f"  tool {call.name}({cut(args)}) -> {result}")
+    out.append(f"  answer: {cut(rollout.answer)}")
+    return out

@@ -11,7 +11,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from whale.cli.app import app, console, user_error
-from whale.cli.harness_runs import domain_overrides, harness_source, run_harnesses
+from whale.cli.harness_runs import domain_overrides, harness_source, run_harnesses, trace_lines
 
 
 @app.command()
@@ -44,8 +44,11 @@ def run(
             overrides += domain_overrides("", domain_file)
         cfg = load_config(preset, config, overrides)
         out_dir = out or Path("runs") / cfg.name
+        if out_dir.exists() and not out_dir.is_dir():
+            raise user_error(f"--out {out_dir}: a file, not a folder (name a new folder for the run)")
+    verb = "resuming" if resume is not None else "run"
     console.print(
-        f"[bold]whale[/bold] {cfg.name}: model={cfg.model.name} domain={cfg.domain.name} -> {out_dir}"
+        f"[bold]whale[/bold] {verb} {cfg.name}: model={cfg.model.name} domain={cfg.domain.name} -> {out_dir}"
     )
     summary = Experiment(cfg, out_dir, console, resume=resume is not None).run()
     print_summary(summary, out_dir)
@@ -97,6 +100,7 @@ def eval_(
         Path | None, typer.Option(help="A second harness (e.g. the seed): the paired difference per task.")
     ] = None,
     rows: Annotated[Path | None, typer.Option(help="Write every rollout here (JSONL).")] = None,
+    show_traces: Annotated[int, typer.Option(help="Print this many rollouts in full (calls, tools).")] = 0,
 ) -> None:
     """Score a harness under the configured model: mean@k with CI, pass@k, maj@k and the cost; with
     --against, both harnesses on the same tasks and per-call seeds, and their paired difference."""
@@ -130,6 +134,8 @@ def eval_(
             f"pass@{k} {score.pass_at_k:.3f}, maj@{k} {score.maj_at_k:.3f}"
         )
     every = [r for rollouts in by_name.values() for r in rollouts]
+    for rollout in every[:show_traces]:
+        console.print("\n".join(trace_lines(rollout)), highlight=False, markup=False)
     console.print(
         f"cost: {len(every)} rollouts, {sum(len(r.calls) for r in every)} model calls, "
         f"{sum(r.generated_tokens for r in every)} generated tokens, {time.monotonic() - start:.1f}s; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -307,9 +308,21 @@ def _one_line(exc: ValidationError, where: str) -> str:
     key = ".".join(str(p) for p in err["loc"]) or "<root>"
     key = "".join(c if c.isprintable() else repr(c)[1:-1] for c in key)[:200]  # a key may hold a newline
     if err["type"] == "extra_forbidden":
-        return f"{where}: unknown key '{key}'"
+        return f"{where}: unknown key '{key}'{_did_you_mean(err['loc'])}"
     msg = " ".join(str(err["msg"]).split())
     return f"{where}: {key}: {msg} (got {_short_repr(err.get('input'))})"
+
+
+def _did_you_mean(loc: tuple) -> str:
+    """'; did you mean 'schedule.budget_rollouts'?' for a misspelt key, from the section's own fields."""
+    section: Any = Config
+    for part in loc[:-1]:
+        field = getattr(section, "model_fields", {}).get(part)
+        section = field.annotation if field is not None else None
+        if not isinstance(section, type) or not hasattr(section, "model_fields"):
+            return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(section.model_fields), n=1, cutoff=0.6)
+    return f"; did you mean '{'.'.join([*map(str, loc[:-1]), close[0]])}'?" if close else ""
 
 
 def _parse_yaml(text: str, where: str) -> Any:
