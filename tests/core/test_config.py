@@ -132,7 +132,8 @@ def test_config_round_trips_through_yaml_and_config_from_dict_reports_one_line()
     cfg = load_config("tiny", overrides=["rft.k=3"])
     again = config_from_dict(yaml.safe_load(yaml.safe_dump(cfg.model_dump())))
     assert again == cfg
-    with pytest.raises(ConfigError, match=r"^run/config.yaml: unknown key 'eval.kk'$"):
+    wanted = r"^run/config.yaml: unknown key 'eval.kk'; did you mean 'eval.k'\?$"
+    with pytest.raises(ConfigError, match=wanted):
         config_from_dict({"eval": {"kk": 1}}, "run/config.yaml")
 
 

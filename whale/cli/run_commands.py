@@ -48,7 +48,7 @@ def run(
             raise user_error(f"--out {out_dir}: a file, not a folder (name a new folder for the run)")
     verb = "resuming" if resume is not None else "run"
     console.print(
-        f"[bold]whale[/bold] {verb} {cfg.name}: model={cfg.model.name} domain={cfg.domain.name} -> {out_dir}"
+        f"[bold]whale[/bold] {verb} {cfg.name}: model={cfg.model.name} domain={cfg.domain.label} -> {out_dir}"
     )
     summary = Experiment(cfg, out_dir, console, resume=resume is not None).run()
     print_summary(summary, out_dir)
@@ -73,18 +73,33 @@ def report(
 @app.command()
 def domains() -> None:
     """List the domains this installation can run, with their default split sizes."""
-    from whale.core.config import DomainConfig
+    from whale.core.config import ConfigError, DomainConfig
     from whale.domains.registry import available, build_domain
 
     table = Table(title="domains")
     for col in ("name", "source", "train", "search", "val", "test", "about"):
         table.add_column(col)
     for name, target in sorted(available().items()):
-        domain = build_domain(DomainConfig(name=name), load=False)
+        try:
+            domain = build_domain(DomainConfig(name=name))
+        except ConfigError as exc:
+            table.add_row(name, target, "-", "-", "-", "-", f"not available: {exc}"[:90])
+            continue
         sizes = {k: str(len(v)) for k, v in domain.splits().items()}
         about = domain.brief.strip().splitlines()[0][:60]
         table.add_row(name, target, sizes["train"], sizes["search"], sizes["val"], sizes["test"], about)
     console.print(table)
+    try:
+        from whale.domains.gym import UNSUPPORTED, gym_datasets
+
+        names = gym_datasets()
+    except ImportError:
+        return
+    supported = [n for n in names if n not in UNSUPPORTED]
+    console.print(f"reasoning-gym datasets ({len(supported)} supported; domain.options.dataset=NAME):")
+    console.print(", ".join(supported), highlight=False)
+    for name, reason in sorted(UNSUPPORTED.items()):
+        console.print(f"  not supported: {name}: {reason}", highlight=False)
 
 
 @app.command("eval")
@@ -124,12 +139,12 @@ def eval_(
     if rows is not None and rows.exists():
         raise user_error(f"--rows {rows}: already exists (not overwritten)")
     start = time.monotonic()
-    label = f"{len(files)} harness(es) on {cfg.domain.name}/{split}"
+    label = f"{len(files)} harness(es) on {cfg.domain.label}/{split}"
     tasks, by_name = run_harnesses(cfg, sources, split, k, label)
     for path, rollouts in zip(files, by_name.values(), strict=True):
         score = score_rollouts(rollouts, tasks)
         console.print(
-            f"{path.name} on {cfg.domain.name}/{split} ({len(tasks)} tasks, k={k}, model {cfg.model.name}): "
+            f"{path.name} on {cfg.domain.label}/{split} ({len(tasks)} tasks, k={k}, model {cfg.model.name}): "
             f"mean@{k} {score.mean:.3f} [{score.ci_low:.3f}, {score.ci_high:.3f}], "
             f"pass@{k} {score.pass_at_k:.3f}, maj@{k} {score.maj_at_k:.3f}"
         )

@@ -218,6 +218,12 @@ class DomainConfig(Section):
         """`--set domain=chess` means `domain.name=chess`."""
         return {"name": data} if isinstance(data, str) else data
 
+    @property
+    def label(self) -> str:
+        """The domain as a person names it: `reasoning-gym/spell_backward`, else its name."""
+        dataset = self.options.get("dataset")
+        return f"{self.name}/{dataset}" if isinstance(dataset, str) else self.name
+
 
 class CheckpointsConfig(Section):
     """Which weights checkpoints a run keeps (docs/agents.md). The latest (the resume point) always stays.

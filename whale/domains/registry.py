@@ -16,6 +16,7 @@ BUILTIN = {
     "math": "whale.domains.math:MathDomain",
     "chess": "whale.domains.chess:ChessDomain",
     "searchqa": "whale.domains.searchqa.domain:SearchQADomain",
+    "reasoning-gym": "whale.domains.gym:ReasoningGymDomain",  # needs the extra: pip install 'whale[gym]'
 }
 
 

@@ -61,12 +61,18 @@ from whale.studies.bottleneck import (
 # ---- run report sections -------------------------------------------------------------------------------
 
 
+def domain_label(domain: dict) -> str:
+    """reasoning-gym/spell_backward for a dataset-backed domain, else the domain's name."""
+    dataset = (domain.get("options") or {}).get("dataset")
+    return f"{domain.get('name', '?')}/{dataset}" if isinstance(dataset, str) else domain.get("name", "?")
+
+
 def section_summary(run: RunFiles) -> str:
     c, s, st = run.config, run.summary, run.state
     status = "finished" if st.get("finished") else "in progress (not finished)"
     facts = [
         ["method", c.get("schedule", {}).get("method", "?")],
-        ["domain", c.get("domain", {}).get("name", "?")],
+        ["domain", domain_label(c.get("domain", {}))],
         ["model", c.get("model", {}).get("name", "?")],
         ["run", f"{c.get('name', '?')}, seed {c.get('seed', '?')}, {status}"],
         [
