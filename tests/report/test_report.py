@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import os
 import re
@@ -17,12 +18,13 @@ import pytest
 import yaml
 
 from whale.core.config import ConfigError
-from whale.core.files import read_json
+from whale.core.files import read_json, read_jsonl
 from whale.report.write import write_report
 from whale.studies.bottleneck import attribute_gains, bottleneck_verdict, gain_per_1000, phase_intervals
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-RUN_SECTIONS = ("summary", "cost", "curves", "rft", "search", "lineage", "diff", "bottleneck", "points")
+RUN_SECTIONS = ("summary", "cost", "curves", "rft", "search", "lineage", "diff", "bottleneck", "points",
+                "accepted", "tasks", "traces", "config")  # fmt: skip
 INJECTION = "<script>alert(1)</script>"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # one torch thread: tiny model
 VOID = {"meta", "img", "br", "hr", "link", "input", "col", "area", "base", "source", "wbr"}
@@ -541,6 +543,13 @@ def test_report_renders_in_headless_chromium(tiny_run, tmp_path):
     for anchor in RUN_SECTIONS:
         assert f'id="{anchor}"' in rendered, anchor
     assert rendered.count("<table") >= 5 and rendered.count('<img src="data:image/png;base64,') >= 4
+    opened = rendered.split('<details class="rollout" open="">', 1)[1].split("</details>", 1)[0]
+    shown = [  # the page opens on one trace of the start point: its prompt and the model's reply
+        r for r in read_jsonl(tiny_run / "evals" / "000" / "test.jsonl")
+        if r["calls"] and html.escape(r["calls"][0]["messages"][-1]["content"], quote=False) in opened
+        and html.escape(r["calls"][0]["text"], quote=False) in opened
+    ]  # fmt: skip
+    assert shown, opened[:2000]
     shot = tmp_path / "shot.png"
     taken = chromium(
         f"--user-data-dir={profile}", "--window-size=1280,5000", f"--screenshot={shot}", path.as_uri()

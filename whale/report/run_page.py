@@ -6,7 +6,8 @@
                             links to the run reports written into every <method>/seed<N>/ folder
 
 The page has no external resources: plots are matplotlib PNGs embedded as base64 data URIs, the CSS is
-inline, and there is no script. Everything read from the run files is escaped (harness code, hypotheses
+inline, and there is no script (traces.py adds per-task results, a trace viewer of nested <details>,
+the accepted diffs and the config). Everything read from the run files is escaped (harness code, hypotheses
 and reasons are written by LLMs). The run files are only read: a report of a run still in progress
 computes its headline numbers in memory instead of writing summary.json.
 """
@@ -37,6 +38,7 @@ from whale.report.plots import (
     plot_search,
 )
 from whale.report.run_files import RunFiles, load_run
+from whale.report.traces import section_accepted, section_config, section_tasks, section_traces
 from whale.run.rundir import SEARCH
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import harness_diff
@@ -371,7 +373,7 @@ def section_points(run: RunFiles) -> str:
 def run_report(path: Path) -> str:
     run = load_run(path)
     method = run.config.get("schedule", {}).get("method", "run")
-    title = f"whale report: {run.config.get('name', path.name)} ({method})"
+    title = f"whale report: {path.resolve().name} ({run.config.get('name', '?')} preset, {method})"
     sections = [
         section_summary(run),
         section_cost(run),
@@ -382,6 +384,10 @@ def run_report(path: Path) -> str:
         section_diff(run),
         section_bottleneck(run),
         section_points(run),
+        section_accepted(run),
+        section_tasks(run),
+        section_traces(run),
+        section_config(run),
     ]
     return page(title, sections)
 
