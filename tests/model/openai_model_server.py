@@ -7,10 +7,10 @@ It speaks `/v1/chat/completions` as vLLM's server does, including vLLM's extensi
 adapter folders), and can pretend to be a plain OpenAI server that knows none of them. Tests steer it
 through two extra routes:
 
-    POST /control {"fail": [429, 500], "delay_s": 0.5, "plain": true}   the next answers fail with these
-                                                                        statuses; every answer waits
-                                                                        delay_s; plain drops extensions;
-                                                                        max_in_flight starts anew
+    POST /control {"fail": [429, 500], "delay_s": 0.5, "plain": true, "usage_skew": 3}
+                  the next answers fail with these statuses; every answer waits delay_s; plain drops
+                  extensions; usage_skew is added to the completion_tokens reported; max_in_flight
+                  starts anew
     GET  /stats   {"chat": n, "max_in_flight": m, "paths": [...], "models": [...]}
 """
 
@@ -47,6 +47,7 @@ class ModelServer:
         self.fail: list[int] = []
         self.delay_s = 0.0
         self.plain = False
+        self.usage_skew = 0  # added to the completion_tokens the server reports (a server that miscounts)
         self.chat = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -78,8 +79,8 @@ class ModelServer:
             "choices": [choice],
             "usage": {
                 "prompt_tokens": len(g.prompt_ids),
-                "completion_tokens": len(g.completion_ids),
-                "total_tokens": len(g.prompt_ids) + len(g.completion_ids),
+                "completion_tokens": len(g.completion_ids) + self.usage_skew,
+                "total_tokens": len(g.prompt_ids) + len(g.completion_ids) + self.usage_skew,
             },
         }
         if request.logprobs:
@@ -129,6 +130,7 @@ def make_handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 server.fail = list(body.get("fail", []))
                 server.delay_s = float(body.get("delay_s", 0.0))
                 server.plain = bool(body.get("plain", False))
+                server.usage_skew = int(body.get("usage_skew", 0))
                 with server.state_lock:
                     server.max_in_flight = server.in_flight
                 self.send(200, {"ok": True})

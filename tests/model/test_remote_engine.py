@@ -138,6 +138,17 @@ def test_429_is_retried_then_succeeds(fresh):
     assert len(fresh.stats()["paths"]) - before == 2
 
 
+def test_usage_the_server_reports_is_checked_against_the_token_ids(fresh, capsys):
+    engine = engine_for(fresh, token_ids=True)
+    engine.generate([ask("hi", seed=1)], seed=0)
+    assert engine.usage_mismatches == 0
+    fresh.control(usage_skew=3)
+    (g, _) = engine.generate([ask("hi", seed=1), ask("ho", seed=2)], seed=0)
+    assert g.usage["completion_tokens"] == len(g.completion_ids) + 3 and engine.usage_mismatches == 2
+    warned = [line for line in capsys.readouterr().err.splitlines() if "completion tokens" in line]
+    assert len(warned) == 1 and "counts 3 more" in warned[0]  # said once, counted every time
+
+
 def test_5xx_is_retried_until_the_retries_run_out(fresh):
     fresh.control(fail=[500, 503, 502])
     with pytest.raises(EndpointError) as caught:

@@ -273,13 +273,30 @@ def test_endpoint_trouble_gives_an_empty_proposal_with_a_note(tmp_path, script, 
     archive = build_archive(tmp_path)
     usage = ProposerUsage()
     with ScriptedOpenAI(script) as server:
-        proposal = LLMProposer(config(server.url, timeout_s=0.2), usage).propose(request_for(archive, n=3))
+        cfg = config(server.url, timeout_s=0.2, http_retries=0)
+        proposal = LLMProposer(cfg, usage).propose(request_for(archive, n=3))
     assert proposal.candidates == [] and not proposal.exhausted
     assert expect in proposal.note and proposal.note.startswith("0 candidates from 1 call")
     assert len(server.requests) == 1 and usage.sessions == 1  # no more calls after the endpoint failed
     (folder,) = sessions(archive)
     assert read_json(folder / "result.json")["status"] == "error"
     assert expect in (folder / "error.txt").read_text()
+
+
+def test_a_rate_limited_endpoint_is_retried_with_backoff_until_it_answers(tmp_path):
+    """Two 429s, then the reply: the openai client's one call succeeds on the third send."""
+    archive = build_archive(tmp_path)
+    usage = ProposerUsage()
+    script = [(429, '{"error": {"message": "slow down"}}')] * 2 + [chat_reply(GOOD_REPLY)]
+    with ScriptedOpenAI(script) as server:
+        proposal = LLMProposer(config(server.url, backoff_s=0.05), usage).propose(request_for(archive, n=1))
+    assert len(proposal.candidates) == 1, proposal.note
+    assert len(server.requests) == 3 and usage.sessions == 1  # one proposer call, sent three times
+    with ScriptedOpenAI([(429, '{"error": "still"}')] * 3) as server:
+        cfg = config(server.url, backoff_s=0.01, http_retries=2)
+        proposal = LLMProposer(cfg, ProposerUsage()).propose(request_for(build_archive(tmp_path / "b"), n=1))
+    assert proposal.candidates == [] and "HTTP 429" in proposal.note and "(after 3 tries)" in proposal.note
+    assert len(server.requests) == 3
 
 
 def test_unreachable_endpoint(tmp_path):

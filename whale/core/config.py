@@ -172,6 +172,8 @@ class ProposerConfig(Section):
     context_chars: int = Field(24000, ge=1000)  # llm: archive context budget (about 4 characters a token)
     parents: int = Field(2, ge=1)  # llm: parents shown: the incumbent plus frontier samples
     retries: int = Field(2, ge=0)  # llm: re-asks after an unusable reply
+    http_retries: int = Field(3, ge=0)  # llm: re-sends after a 429, a 5xx, a timeout or a dropped connection
+    backoff_s: float = Field(1.0, ge=0)  # llm: first wait between those re-sends; doubles each time
     preset: Literal["claude", "codex"] | None = None  # agent: a ready-made command
     command: list[str] | None = None  # agent: argv template; {workspace} {prompt} {n} are filled in
     home_files: list[str] | None = None  # agent: files copied into its throwaway HOME (None: the preset's)

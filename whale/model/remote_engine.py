@@ -1,4 +1,4 @@
-"""Any OpenAI-compatible server as whale's engine: `/v1/chat/completions` over the standard library.
+"""Any OpenAI-compatible server as whale's engine: `/v1/chat/completions` through the openai client.
 
 Made for serving-only use: harness-only runs and evaluations against a model someone else serves. The
 requests of one batch go out in parallel (`engine.remote.concurrency` at a time); a 429, a 5xx, a
@@ -17,7 +17,7 @@ name the adapter as their model.
 
 from __future__ import annotations
 
-import time
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -94,11 +94,6 @@ def _ids(value: Any) -> list[int]:
     return [int(t) for t in value] if isinstance(value, list) else []
 
 
-def retryable(exc: EndpointError) -> bool:
-    """Rate limits, server errors, timeouts and dropped connections pass; other statuses do not."""
-    return exc.status is None or exc.status == 429 or exc.status >= 500
-
-
 class RemoteEngine:
     """whale's Engine over an OpenAI-compatible server (see the module docstring)."""
 
@@ -114,6 +109,7 @@ class RemoteEngine:
         self._served = weights_version  # the version the server holds now
         self.pool = ThreadPoolExecutor(cfg.concurrency, thread_name_prefix="whale-remote")
         self.tokens_generated = 0
+        self.usage_mismatches = 0  # replies whose reported completion_tokens differ from their token ids
 
     def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]:
         self.sync_weights()
@@ -132,20 +128,19 @@ class RemoteEngine:
                 f"{self.url} returned no token ids although engine.remote.token_ids is on "
                 "(a vLLM server returns them; others cannot)"
             )
+        reported = (g.usage or {}).get("completion_tokens")
+        if g.completion_ids and reported is not None and reported != len(g.completion_ids):
+            self.usage_mismatches += 1  # whale's own count (the ids) is the one budgets use
+            if self.usage_mismatches == 1:
+                gap = reported - len(g.completion_ids)
+                print(f"whale: warning: {self.url} reports {reported} completion tokens for a reply of "
+                      f"{len(g.completion_ids)} token ids (counts {gap} more); whale counts the ids",
+                      file=sys.stderr)  # fmt: skip
         return g
 
     def _post(self, url: str, body: dict[str, Any]) -> bytes:
-        """POST with retries: 429, 5xx, timeouts and dropped connections are re-sent after a backoff."""
         cfg = self.cfg
-        for attempt in range(cfg.retries + 1):
-            try:
-                return post_json(url, body, self.api_key, cfg.timeout_s)
-            except EndpointError as exc:
-                if attempt == cfg.retries or not retryable(exc):
-                    tries = f" (after {attempt + 1} tries)" if attempt else ""
-                    raise EndpointError(f"{exc}{tries}", exc.status) from None
-                time.sleep(cfg.backoff_s * 2**attempt)
-        raise AssertionError("unreachable")
+        return post_json(url, body, self.api_key, cfg.timeout_s, cfg.retries, cfg.backoff_s)
 
     def check_token_ids(self) -> str:
         """Why this server cannot feed weight phases ("" when it can): one short request must return

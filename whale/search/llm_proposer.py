@@ -197,7 +197,7 @@ class LLMProposer:
         tally.calls += 1
         raw = b""
         try:
-            raw = post_json(self.url, body, self.api_key, cfg.timeout_s)
+            raw = post_json(self.url, body, self.api_key, cfg.timeout_s, cfg.http_retries, cfg.backoff_s)
             reply = self._decode(raw)
             reply.seconds = time.monotonic() - start
         except EndpointError as exc:
