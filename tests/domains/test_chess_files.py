@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from whale.domains.chess import ChessDomain
-from whale.domains.chess_files import FileError, load_pgn_puzzles
+from whale.domains.chess_files import load_pgn_puzzles
+from whale.domains.user_files import FileError
 
 # After 1. Qb7+ Kf8 white mates with Qxf7# (or Qh8#): the two-move puzzle of tests/domains/test_chess.py.
 PUZZLE_FEN = "8/4kr2/4p3/8/8/8/1QK2R2/Q7 w - - 1 2"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import io
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -21,11 +20,10 @@ import chess
 import chess.pgn
 
 from whale.domains.chess_puzzles import UCI_MOVE, Puzzle, check_line, mating_moves
+from whale.domains.user_files import FileError, text_lines
 
 LICHESS_COLUMNS = ("PuzzleId", "FEN", "Moves")
 GOALS = ("mate", "line")  # mate: a line must end in checkmate unless the source states another goal
-ENCODINGS_TRIED = ("utf-8-sig", "cp1252", "latin-1")  # "auto": the first that decodes the sample
-SAMPLE_BYTES = 1 << 20
 RESULTS = ("1-0", "0-1", "1/2-1/2", "*")
 SAN = r"(?:[NBKRQ]?[a-h]?[1-8]?[\-x]?[a-h][1-8](?:=?[nbrqkNBRQK])?|O-O(?:-O)?|0-0(?:-0)?|--|Z0|0000|@@@@)"
 MOVE_TOKEN = re.compile(
@@ -33,10 +31,6 @@ MOVE_TOKEN = re.compile(
 )
 MOVE_NUMBER = re.compile(r"[0-9]+\.+")
 STATED_MATE = re.compile(r"mate in ([0-9]+)", re.IGNORECASE)
-
-
-class FileError(ValueError):
-    """A fault of the whole file (it cannot be read on), as opposed to one bad puzzle, which is skipped."""
 
 
 @dataclass
@@ -57,53 +51,6 @@ class LoadedPuzzles:
         return f"loaded {len(self.puzzles)}, skipped {len(self.skipped)}" + (
             f" ({reasons})" if reasons else ""
         )
-
-
-def text_lines(path: str | Path, encoding: str = "auto") -> tuple[str, Iterator[str]]:
-    """The encoding used and the file's lines. "auto" tries UTF-8 (with or without a BOM), then cp1252,
-    then Latin-1 on the first MiB; a byte that the chosen encoding cannot decode later raises
-    `path:line: not <encoding> text`."""
-    with open(path, "rb") as f:
-        sample = f.read(SAMPLE_BYTES)
-    if encoding == "auto":
-        whole = len(sample) < SAMPLE_BYTES
-        encoding = next(e for e in ENCODINGS_TRIED if _decodes(sample, e, whole))
-    else:
-        try:
-            "".encode(encoding)
-        except LookupError:
-            raise ValueError(f"{path}: unknown encoding {encoding!r}") from None
-    return encoding, _decoded_lines(path, encoding)
-
-
-def _decodes(sample: bytes, encoding: str, whole: bool) -> bool:
-    try:
-        sample.decode(encoding)
-    except UnicodeDecodeError as e:  # a UTF-8 sequence cut by the end of a partial sample still counts
-        return not whole and encoding == "utf-8-sig" and e.reason == "unexpected end of data"
-    return True
-
-
-def _decoded_lines(path: str | Path, encoding: str) -> Iterator[str]:
-    """Decoded line by line from the bytes (so an error names its own line); wide encodings (UTF-16,
-    UTF-32), whose line breaks are more than one byte, are decoded as a stream."""
-    name = "UTF-8" if encoding.startswith("utf-8") else encoding
-    with open(path, "rb") as f:
-        wide = encoding.replace("_", "-").lower().startswith(("utf-16", "utf-32"))
-        raw_lines = io.TextIOWrapper(f, encoding=encoding, newline="") if wide else f
-        lineno = 0
-        while True:
-            try:
-                raw = raw_lines.readline()
-                line = raw if wide else raw.decode(encoding)
-            except UnicodeDecodeError:
-                raise FileError(
-                    f"{path}:{lineno + 1}: not {name} text (set the chess option encoding, e.g. latin-1)"
-                ) from None
-            if not line:
-                return
-            lineno += 1
-            yield line
 
 
 def load_lichess_csv(path: str | Path, encoding: str = "auto", goal: str = "mate") -> LoadedPuzzles:

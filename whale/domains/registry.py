@@ -17,6 +17,7 @@ BUILTIN = {
     "chess": "whale.domains.chess:ChessDomain",
     "searchqa": "whale.domains.searchqa.domain:SearchQADomain",
     "reasoning-gym": "whale.domains.gym:ReasoningGymDomain",  # needs the extra: pip install 'whale[gym]'
+    "qa": "whale.domains.qa:QADomain",  # a user's own file: domain.options.path
 }
 
 
