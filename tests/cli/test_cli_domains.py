@@ -133,3 +133,12 @@ def test_domains_eval_and_harness_check_commands(tmp_path):
     crashing.write_text("def run(task, llm, tools):\n    return 1 / 0\n")
     crash = whale("harness", "check", str(crashing))
     assert crash.returncode == 1 and "ZeroDivisionError" in crash.stdout
+
+
+def test_gym_scores_prints_the_seed_score_per_dataset_and_refuses_unsupported_ones():
+    pytest.importorskip("reasoning_gym")
+    proc = whale("gym-scores", "--preset", "tiny", "--datasets", "basic_arithmetic,boxnet", "--k", "1",
+                 "--tasks", "2")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if line.count("│") >= 4}
+    assert "mean@1" not in rows and "[" in rows["basic_arithmetic"] and "refused: " in rows["boxnet"]

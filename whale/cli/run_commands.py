@@ -102,6 +102,56 @@ def domains() -> None:
         console.print(f"  not supported: {name}: {reason}", highlight=False)
 
 
+@app.command("gym-scores")
+def gym_scores(
+    datasets: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated reasoning-gym datasets (default: every supported one)."),
+    ] = None,
+    preset: Annotated[str | None, typer.Option(help="Preset for model and sampling.")] = "default",
+    k: Annotated[int, typer.Option(help="Samples per task.")] = 4,
+    tasks: Annotated[int, typer.Option(help="Test tasks per dataset.")] = 16,
+    low: Annotated[float, typer.Option(help="Lower end of the range a study picks from.")] = 0.02,
+    high: Annotated[float, typer.Option(help="Upper end of that range.")] = 0.40,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.sub=value.")] = None,
+) -> None:
+    """The seed harness's test mean@k on each reasoning-gym dataset under the configured model, so that a
+    study can pick families by a rule ("between 0.02 and 0.40": off the floor, not already solved)."""
+    from whale.core.config import ConfigError, load_config
+    from whale.domains.gym import UNSUPPORTED, ReasoningGymDomain, gym_datasets
+    from whale.run.evaluation import score_rollouts
+
+    names = (
+        [n.strip() for n in datasets.split(",")]
+        if datasets
+        else [n for n in gym_datasets() if n not in UNSUPPORTED]
+    )
+    table = Table(title=f"seed harness on reasoning-gym (test, {tasks} tasks, k={k})")
+    for col in ("dataset", f"mean@{k} [95% CI]", f"pass@{k}", f"in [{low:g}, {high:g}]"):
+        table.add_column(col)
+    for name in names:
+        sizes = f"domain.sizes={{train: 1, search: 1, val: 1, test: {tasks}}}"
+        overrides = ["domain=reasoning-gym", f"domain.options.dataset={name}", sizes, *(set_ or [])]
+        try:
+            cfg = load_config(preset, None, overrides)
+            seed = ReasoningGymDomain(
+                dataset=name, sizes={"train": 1, "search": 1, "val": 1, "test": 1}
+            ).seed_harness()
+            found, by_name = run_harnesses(cfg, {"seed": seed}, "test", k, name)
+        except (ConfigError, ValueError) as exc:
+            table.add_row(name, f"refused: {str(exc)[:80]}", "-", "-")
+            continue
+        score = score_rollouts(by_name["seed"], found)
+        inside = "yes" if low <= score.mean <= high else "no"
+        table.add_row(
+            name,
+            f"{score.mean:.3f} [{score.ci_low:.3f}, {score.ci_high:.3f}]",
+            f"{score.pass_at_k:.3f}",
+            inside,
+        )
+    console.print(table)
+
+
 @app.command("eval")
 def eval_(
     harness: Annotated[Path, typer.Option(help="Harness file to score.")],
