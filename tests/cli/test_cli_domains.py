@@ -87,10 +87,11 @@ def test_user_domain_file_runs_and_bad_files_are_one_line_errors(tmp_path, capsy
 
 
 def test_domains_eval_and_harness_check_commands(tmp_path):
-    listing = whale("domains")
+    listing = whale("domains", "--domain-file", str(REVERSE))
     assert listing.returncode == 0, listing.stderr[-2000:]
-    for name in ("math", "chess", "searchqa"):
+    for name in ("math", "chess", "searchqa", "qa", "reasoning-gym", "reverse_domain"):
         assert name in listing.stdout
+    assert "Reverse a word" in listing.stdout  # the user's file was built, not just named
 
     harness = tmp_path / "h.py"
     harness.write_text(

@@ -71,7 +71,11 @@ def report(
 
 
 @app.command()
-def domains() -> None:
+def domains(
+    domain_file: Annotated[
+        Path | None, typer.Option("--domain-file", help="Also check your own domain file.")
+    ] = None,
+) -> None:
     """List the domains this installation can run, with their default split sizes."""
     from whale.core.config import ConfigError, DomainConfig
     from whale.domains.registry import available, build_domain
@@ -79,9 +83,15 @@ def domains() -> None:
     table = Table(title="domains")
     for col in ("name", "source", "train", "search", "val", "test", "about"):
         table.add_column(col)
-    for name, target in sorted(available().items()):
+    found = {name: (target, DomainConfig(name=name)) for name, target in sorted(available().items())}
+    if domain_file is not None:
+        found[domain_file.stem] = (
+            str(domain_file),
+            DomainConfig(name=domain_file.stem, file=str(domain_file)),
+        )
+    for name, (target, config) in found.items():
         try:
-            domain = build_domain(DomainConfig(name=name))
+            domain = build_domain(config)
         except ConfigError as exc:
             table.add_row(name, target, "-", "-", "-", "-", f"not available: {exc}"[:90])
             continue
