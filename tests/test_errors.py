@@ -39,10 +39,12 @@ MISTAKES = [
             "tiny",
             "--set",
             "domain.options.gsm8k_path={tmp}/rows.jsonl",
+            "--set",
+            "domain.options.strict=true",  # else the bad row is skipped with a summary
             "--out",
             "{tmp}/r3",
         ],
-        ["rows.jsonl:2"],
+        ["rows.jsonl:2", "strict"],
     ),
     (
         ["run", "--preset", "tiny", "--set", "proposer.kind=llm", "--out", "{tmp}/r4"],

@@ -184,13 +184,17 @@ def test_gsm8k_loader(tmp_path):
         "[1, 2]",
     ],
 )
-def test_gsm8k_loader_reports_line(tmp_path, row):
+def test_a_malformed_gsm8k_row_is_skipped_by_line_or_refused_under_strict(tmp_path, row, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"question": "q", "answer": "#### 1"}\n\n' + row + "\n")
+    assert [t.gold["answer"] for t in load_gsm8k_jsonl(path)] == [1]
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"whale: {path}: GSM8K rows loaded 1, skipped 1 (")
+    assert err[1].startswith(f"  skipped {path}:3: ")
     with pytest.raises(ValueError) as info:
-        load_gsm8k_jsonl(path)
+        load_gsm8k_jsonl(path, strict=True)
     message = str(info.value)
-    assert message.startswith(f"{path}:3: ") and "\n" not in message
+    assert message.startswith(f"{path}:3: ") and "strict" in message and "\n" not in message
 
 
 # The seed harness, run as the sandbox would: plain objects for llm and tools.
@@ -315,7 +319,10 @@ def test_gsm8k_file_is_dealt_into_disjoint_splits(tmp_path):
         for i in range(20)
     ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    domain = MathDomain(sizes={"train": 100, "search": 3, "val": 3, "test": 4}, gsm8k_path=str(path))
+    sizes = {"train": 100, "search": 3, "val": 3, "test": 4}
+    with pytest.raises(ValueError, match="train gets 10 of the 100 questions asked for"):
+        MathDomain(sizes=sizes, gsm8k_path=str(path))
+    domain = MathDomain(sizes=sizes, gsm8k_path=str(path), allow_short=True)
     splits = domain.splits()
     assert [len(splits[s]) for s in ("train", "search", "val", "test")] == [10, 3, 3, 4]
     questions = [t.inputs["question"] for s in splits.values() for t in s]

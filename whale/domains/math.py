@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import random
 import re
+import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale.domains.base import SPLITS, read_jsonl_rows
+from whale.domains.base import SPLITS
+from whale.domains.data_rows import read_rows
 from whale.domains.math_tools import MathToolbox
 from whale.harness.task import Task
 
@@ -188,27 +191,49 @@ def generate_problems(
     return problems
 
 
-def load_gsm8k_jsonl(path: str | Path) -> list[Task]:
-    """GSM8K rows ({"question", "answer": "...#### N"}) as tasks; a malformed row fails with its path:line."""
-    tasks = []
-    for lineno, row in read_jsonl_rows(path):
-        if not isinstance(row.get("question"), str):
-            raise ValueError(f"{path}:{lineno}: expected an object with a string 'question'")
-        if not isinstance(row.get("answer"), str) or "####" not in row["answer"]:
-            raise ValueError(f"{path}:{lineno}: expected a string 'answer' ending in '#### <integer>'")
+def load_gsm8k_jsonl(path: str | Path, strict: bool = False) -> list[Task]:
+    """GSM8K rows ({"question", "answer": "...#### N"}) as tasks. A malformed row is skipped with its
+    path:line, summarised on stderr ("loaded N, skipped M (reasons)"); `strict` makes it an error."""
+    tasks, skipped, kinds = [], [], Counter()
+    for where, row in read_rows(path)[1]:
+        problem = row if isinstance(row, str) else _gsm8k_problem(row)
+        if problem:
+            skipped.append(f"{where}: {problem}")
+            kinds[problem.split(" (")[0].split(":")[0]] += 1
+            continue
         solution, _, final = row["answer"].rpartition("####")
-        final = final.strip().replace(",", "").replace("$", "")
-        if not re.fullmatch(r"-?\d{1,100}", final):  # int() refuses over 4300 digits
-            raise ValueError(f"{path}:{lineno}: final answer {final[:40]!r} is not an integer")
         tasks.append(
             Task(
                 id=f"gsm8k-{len(tasks)}",
                 inputs={"question": row["question"]},
-                gold={"answer": int(final), "solution": solution.strip()},
+                gold={
+                    "answer": int(final.strip().replace(",", "").replace("$", "")),
+                    "solution": solution.strip(),
+                },
                 meta={"source": "gsm8k"},
             )
         )
+    reasons = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
+    summary = f"loaded {len(tasks)}, skipped {len(skipped)}" + (f" ({reasons})" if reasons else "")
+    if skipped and strict:
+        raise ValueError(f"{skipped[0]} (strict: every row must load; {summary})")
+    if not tasks:
+        raise ValueError(f"{path}: no usable rows ({summary})")
+    print(f"whale: {path}: GSM8K rows {summary}", file=sys.stderr)
+    for line in skipped[:5]:
+        print(f"  skipped {line}", file=sys.stderr)
     return tasks
+
+
+def _gsm8k_problem(row: dict[str, Any]) -> str:
+    if not isinstance(row.get("question"), str):
+        return "no question (expected a string 'question')"
+    if not isinstance(row.get("answer"), str) or "####" not in row["answer"]:
+        return "no final answer (expected a string 'answer' ending in '#### <integer>')"
+    final = row["answer"].rpartition("####")[2].strip().replace(",", "").replace("$", "")
+    if not re.fullmatch(r"-?\d{1,100}", final):  # int() refuses over 4300 digits
+        return f"final answer is not an integer ({final[:40]!r})"
+    return ""
 
 
 NUMBER = re.compile(r"(?:(?<![\d.])-)?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
@@ -300,6 +325,8 @@ class MathDomain:
         levels: dict[str, list[int]] | None = None,
         gsm8k_path: str | None = None,
         python_timeout_s: float = 5.0,
+        strict: bool = False,
+        allow_short: bool = False,
     ):
         unknown = (set(sizes or {}) | set(levels or {})) - set(SPLITS)
         if unknown:
@@ -313,7 +340,7 @@ class MathDomain:
         self.python_timeout_s = python_timeout_s
         self._splits: dict[str, list[Task]] | None = None
         if gsm8k_path is not None:
-            self._splits = split_loaded(load_gsm8k_jsonl(gsm8k_path), self.sizes, seed)
+            self._splits = split_loaded(load_gsm8k_jsonl(gsm8k_path, strict), self.sizes, seed, allow_short)
 
     def splits(self) -> dict[str, list[Task]]:
         """Evaluation splits are drawn first, so their content does not depend on the train size."""
@@ -353,9 +380,12 @@ class MathDomain:
         return {knob: list(values) for knob, values in KNOB_POOL.items()}
 
 
-def split_loaded(tasks: list[Task], sizes: dict[str, int], seed: int) -> dict[str, list[Task]]:
+def split_loaded(
+    tasks: list[Task], sizes: dict[str, int], seed: int, allow_short: bool = False
+) -> dict[str, list[Task]]:
     """Deal loaded tasks into disjoint splits: deduplicated by question, shuffled by seed, evaluation
-    splits filled first (they must be complete), train takes what is left up to its size."""
+    splits filled first (they must be complete), train takes what is left up to its size (a shorter
+    train is an error unless `allow_short`); the sizes used go to stderr."""
     unique = list({t.inputs["question"]: t for t in tasks}.values())
     random.Random(f"math-file:{seed}").shuffle(unique)
     out: dict[str, list[Task]] = {}
@@ -364,8 +394,14 @@ def split_loaded(tasks: list[Task], sizes: dict[str, int], seed: int) -> dict[st
         chunk = unique[start : start + sizes[split]]
         if split != "train" and len(chunk) < sizes[split]:
             raise ValueError(f"only {len(unique)} distinct questions: not enough for the {split} split")
+        if split == "train" and len(chunk) < sizes[split] and not allow_short:
+            raise ValueError(
+                f"train gets {len(chunk)} of the {sizes[split]} questions asked for "
+                "(set domain.sizes lower, or domain.options.allow_short: true)"
+            )
         start += len(chunk)
         out[split] = [
             Task(f"math-{split}-{i}", t.inputs, t.gold, {**t.meta, "file": t.id}) for i, t in enumerate(chunk)
         ]
+    print("whale: math splits used: " + ", ".join(f"{s} {len(out[s])}" for s in SPLITS), file=sys.stderr)
     return {split: out[split] for split in SPLITS}

@@ -1,4 +1,4 @@
-"""`domain=qa`: question answering on a user's own file (qa_files.py reads JSONL, CSV, Parquet and
+"""`domain=qa`: question answering on a user's own file (data_rows.py reads JSONL, CSV, Parquet and
 `datasets` folders). Columns are mapped by name; the verifier is one of:
 
   exact    normalised exact match (case, punctuation, articles and spacing ignored), against the answer
@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from whale.domains.qa_files import read_rows
+from whale.domains.data_rows import read_rows
 from whale.harness.task import Task, ToolError
 
 VERIFIERS = ("exact", "numeric", "choice", "regex")
