@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections import deque
+import sys
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
 from whale.domains.base import SPLITS, read_jsonl_rows
+from whale.domains.data_rows import read_rows
 from whale.domains.searchqa.corpus import (
     DEFAULT_N_DOCS,
     MIN_DOCS,
@@ -47,9 +49,14 @@ DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
 # User data
 
 
-def load_qa_jsonl(questions_path: str | Path, corpus_path: str | Path) -> tuple[list[Task], list[Document]]:
+def load_qa_jsonl(
+    questions_path: str | Path, corpus_path: str | Path, strict: bool = False
+) -> tuple[list[Task], list[Document]]:
     """HotpotQA/NQ-style questions ({"question", "answer": str} or {"question", "answers": [str, ...]}) and
-    a corpus ({"id", "title", "text"}), as (tasks, documents). A malformed row fails with its path:line."""
+    a corpus ({"id", "title", "text"}), as (tasks, documents). A malformed corpus row fails with its
+    path:line (the index would be wrong without it); a malformed question is skipped by path:line with a
+    summary on stderr (`strict` refuses it), and a question none of whose answers occurs in the corpus is
+    kept with meta["answerable"] False and counted."""
     documents: list[Document] = []
     seen_ids: set[str] = set()
     for lineno, row in read_jsonl_rows(corpus_path):
@@ -64,29 +71,57 @@ def load_qa_jsonl(questions_path: str | Path, corpus_path: str | Path) -> tuple[
             raise ValueError(f"{corpus_path}:{lineno}: duplicate id {doc_id!r}")
         seen_ids.add(doc_id)
         documents.append(Document(doc_id, title, text))
+    corpus_text = " " + " ".join(normalize_answer(f"{d.title} {d.text}") for d in documents) + " "
     tasks: list[Task] = []
-    for lineno, row in read_jsonl_rows(questions_path):
-        question = row.get("question")
-        if not isinstance(question, str) or not question.strip():
-            raise ValueError(f"{questions_path}:{lineno}: expected a non-empty string 'question'")
-        if "answers" in row:
-            answers = row["answers"]
-            if not isinstance(answers, list) or not answers:
-                raise ValueError(f"{questions_path}:{lineno}: 'answers' must be a non-empty list of strings")
-        elif "answer" in row:
-            answers = [row["answer"]]
-        else:
-            raise ValueError(f"{questions_path}:{lineno}: expected 'answer' (string) or 'answers' (list)")
-        if not all(isinstance(a, str) and normalize_answer(a) for a in answers):
-            raise ValueError(
-                f"{questions_path}:{lineno}: every answer must be a string with a word or number"
-            )
+    skipped: list[str] = []
+    kinds: Counter = Counter()
+    unanswerable = 0
+    for where, row in read_rows(questions_path)[1]:
+        problem = row if isinstance(row, str) else _question_problem(row)
+        if problem:
+            skipped.append(f"{where}: {problem}")
+            kinds[problem.split(" (")[0]] += 1
+            continue
+        answers = row["answers"] if "answers" in row else [row["answer"]]
         hops = row.get("hops")
         meta: dict[str, Any] = {"source": "jsonl", "hops": hops if isinstance(hops, int) else None}
         if isinstance(row.get("id", row.get("_id")), (str, int)):
             meta["source_id"] = str(row.get("id", row.get("_id")))
-        tasks.append(Task(f"qa-{len(tasks)}", {"question": question.strip()}, {"answers": answers}, meta))
+        meta["answerable"] = any(f" {normalize_answer(a)} " in corpus_text for a in answers)
+        unanswerable += not meta["answerable"]
+        tasks.append(
+            Task(f"qa-{len(tasks)}", {"question": row["question"].strip()}, {"answers": answers}, meta)
+        )
+    reasons = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
+    summary = f"loaded {len(tasks)}, skipped {len(skipped)}" + (f" ({reasons})" if reasons else "")
+    if skipped and strict:
+        raise ValueError(f"{skipped[0]} (strict: every row must load; {summary})")
+    if not tasks:
+        raise ValueError(f"{questions_path}: no usable questions ({summary})")
+    note = (
+        f"; {unanswerable} with no gold answer in the corpus (meta answerable: false)" if unanswerable else ""
+    )
+    print(f"whale: {questions_path}: questions {summary}{note}", file=sys.stderr)
+    for line in skipped[:5]:
+        print(f"  skipped {line}", file=sys.stderr)
     return tasks, documents
+
+
+def _question_problem(row: dict[str, Any]) -> str:
+    question = row.get("question")
+    if not isinstance(question, str) or not question.strip():
+        return "no question (expected a non-empty string 'question')"
+    if "answers" in row:
+        answers = row["answers"]
+        if not isinstance(answers, list) or not answers:
+            return "bad answers ('answers' must be a non-empty list of strings)"
+    elif "answer" in row:
+        answers = [row["answer"]]
+    else:
+        return "no answer (expected 'answer' (string) or 'answers' (list))"
+    if not all(isinstance(a, str) and normalize_answer(a) for a in answers):
+        return "bad answers (every answer must be a string with a word or number)"
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -150,6 +185,7 @@ class SearchQADomain:
         n_docs: int = DEFAULT_N_DOCS,
         questions_path: str | Path | None = None,
         corpus_path: str | Path | None = None,
+        strict: bool = False,
     ):
         unknown = set(sizes or {}) - set(SPLITS)
         if unknown:
@@ -169,7 +205,7 @@ class SearchQADomain:
         self._index: SearchIndex | None = None
         self._splits: dict[str, list[Task]] | None = None
         if questions_path is not None:  # user files are read and split now, so bad data fails at build time
-            tasks, self._documents = load_qa_jsonl(questions_path, corpus_path)
+            tasks, self._documents = load_qa_jsonl(questions_path, corpus_path, strict)
             self._splits = self._split_loaded(tasks)
 
     @property
