@@ -386,6 +386,18 @@ def test_runs_without_search_or_weight_steps_show_none(tmp_path):
     assert "Only harness phases" in section(text, "bottleneck")
 
 
+def test_an_rft_step_with_no_update_and_the_rft_table_columns(tmp_path):
+    run = make_run(tmp_path / "run", finished=True, search=False)
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    for e in events:
+        if e.get("event") == "weight_step" and e["step"] == 1:
+            e["loss"], e["kept"], e["examples"] = float("nan"), 0, 0  # nothing passed the verifier
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    rft = section(write_report(run).read_text(), "rft")
+    assert "no update" in rft and "nan" not in rft.lower()
+    assert "<th>-</th>" not in rft and "<th>rollouts after</th>" in rft  # RFT has no signal column
+
+
 def test_a_run_that_has_barely_started_shows_none_everywhere(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

@@ -77,13 +77,12 @@ def plot_curves(run: RunFiles) -> str:
 def plot_rft(steps: list[dict[str, Any]]) -> str:
     fig, ax = new_figure(height=3.6)
     xs = [e["step"] for e in steps]
-    ax.plot(xs, [e["train_reward"] for e in steps], marker="o", label="train reward (mean over rollouts)")
-    ax.plot(
-        xs,
-        [e["kept"] / e["total"] if e.get("total") else 0.0 for e in steps],
-        marker="s",
-        label="kept fraction (kept / sampled)",
-    )
+    kept = [e["kept"] / e["total"] if e.get("total") else 0.0 for e in steps]
+    ax.plot(xs, kept, marker="s", markersize=9, linestyle="--", alpha=0.6, color="C1",
+            label="kept fraction (kept / sampled)")  # fmt: skip
+    # Drawn last and thinner: with 0/1 rewards the two lines coincide, and both must stay visible.
+    ax.plot(xs, [e["train_reward"] for e in steps], marker="o", markersize=4, color="C0",
+            label="train reward (mean over rollouts)")  # fmt: skip
     ax.set_xlabel("weight step")
     integer_x(ax, xs)
     ax.grid(alpha=0.3)

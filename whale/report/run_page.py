@@ -146,8 +146,11 @@ def section_curves(run: RunFiles) -> str:
     return section_html("curves", "Validation and test curves", body)
 
 
-def _number(value: Any, digits: int = 4) -> str:
-    return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
+def _number(value: Any, digits: int = 4, missing: str = "-") -> str:
+    """A number to `digits` places; None or NaN (a step that trained on nothing) prints `missing`."""
+    if isinstance(value, int | float) and value == value:
+        return f"{value:.{digits}f}"
+    return missing
 
 
 def examples_per_phase(steps: list[dict[str, Any]]) -> list[list[str]]:
@@ -168,22 +171,27 @@ def section_rft(run: RunFiles) -> str:
     title = f"{algorithm.upper()} weight steps"
     if not steps:
         return section_html("rft", title, none_html())
+    signal = {"dpo": "margin", "grpo": "mean |advantage|"}.get(algorithm)  # RFT has no such column
     rows = [
         [
             str(e["step"]),
             f"{e['train_reward']:.3f}",
             f"{e['kept']}/{e['total']}",
             str(e.get("examples", "")),
-            _number(e.get("loss")),
+            _number(e.get("loss"), missing="no update"),
             _number(e.get("kl"), 5),
-            _number(e.get("margin") if algorithm == "dpo" else e.get("mean_abs_advantage")),
+            *(
+                [_number(e.get("margin") if algorithm == "dpo" else e.get("mean_abs_advantage"))]
+                if signal
+                else []
+            ),
             str(e.get("rollouts", "")),
         ]
         for e in steps
     ]
-    signal = {"dpo": "margin", "grpo": "mean |advantage|"}.get(algorithm, "-")
-    head = ["step", "train reward", "kept", "examples", "loss", "KL to phase start", signal, "rollouts after"]
-    steps_table = table_html(head, rows, {1, 3, 4, 5, 6, 7})
+    head = ["step", "train reward", "kept", "examples", "loss", "KL to phase start"]
+    head += [signal, "rollouts after"] if signal else ["rollouts after"]
+    steps_table = table_html(head, rows, set(range(1, len(head))) - {2})
     per_phase = examples_per_phase(steps)
     if per_phase:
         note = '<p class="note">Training examples per weight phase and harness version.</p>'
