@@ -32,8 +32,14 @@ def run_status(folder: Path) -> list[str]:
     lines = [
         f"{folder}: {method} on {cfg.get('domain', {}).get('name')}, "
         f"model {cfg.get('model', {}).get('name')}: {condition}",
-        f"budget: {spent}/{limit} rollouts ({100 * spent / max(limit, 1):.0f}%), "
-        f"{b['generated_tokens']} tokens, {b['model_calls']} model calls, {b['wall_s']:.0f}s",
+        f"budget: {spent}/{limit} rollouts ({100 * spent / max(limit, 1):.0f}%"
+        + (
+            ", over: the run predates budget cuts or was resumed with a smaller budget"
+            if spent > limit
+            else ""
+        )
+        + f"; evaluation is not charged), {b['generated_tokens']} tokens, {b['model_calls']} model calls, "
+        f"{b['wall_s']:.0f}s",
         f"phase: {sched['kind']} #{sched['phase']} ({sched['done_in_phase']} units in it); "
         f"{state['weight_steps']} weight steps, {state['search_iters']} search iterations; "
         f"incumbent {state['incumbent']}",
