@@ -206,7 +206,7 @@ def eval_(
         console.print(
             f"{path.name} on {cfg.domain.label}/{split} ({len(tasks)} tasks, k={k}, model {cfg.model.name}): "
             f"mean@{k} {score.mean:.3f} [{score.ci_low:.3f}, {score.ci_high:.3f}], "
-            f"pass@{k} {score.pass_at_k:.3f}, maj@{k} {score.maj_at_k:.3f}"
+            f"pass@{k} {score.pass_at_k:.3f}, maj@{k} {score.maj_at_k:.3f}, solved {score.solved:.3f}"
         )
     every = [r for rollouts in by_name.values() for r in rollouts]
     for rollout in every[:show_traces]:

@@ -93,6 +93,7 @@ class SplitScore:
     k: int
     pass_at_k: float
     maj_at_k: float | None = None
+    solved: float | None = None  # the share of samples that scored 1.0: below mean when rewards are partial
 
 
 def score_split(
@@ -122,6 +123,7 @@ def score_split(
         k=k,
         pass_at_k=pak,
         maj_at_k=maj,
+        solved=float(np.mean([np.mean(row) for row in solved])),
     )
 
 
