@@ -16,6 +16,7 @@ from whale.harness.task import Task, Toolbox, ToolError
 __all__ = [
     "SPLITS",
     "Domain",
+    "NoTools",
     "Task",
     "ToolError",
     "Toolbox",
@@ -25,6 +26,15 @@ __all__ = [
 ]
 
 SPLITS = ("train", "search", "val", "test")
+
+
+class NoTools:
+    """The toolbox of a domain whose tasks have none (reasoning-gym, qa)."""
+
+    names: tuple[str, ...] = ()
+
+    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        raise ToolError(f"unknown tool {name!r}: these tasks have no tools")
 
 
 class Domain(Protocol):

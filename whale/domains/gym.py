@@ -15,7 +15,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from whale.harness.task import Task, ToolError
+from whale.domains.base import NoTools
+from whale.harness.task import Task
 
 DEFAULT_SIZES = {"train": 512, "search": 32, "val": 32, "test": 64}
 DEALT = ("test", "val", "search", "train")  # evaluation splits first, so train size never changes them
@@ -33,13 +34,6 @@ def gym_datasets() -> list[str]:
     from reasoning_gym.factory import DATASETS
 
     return sorted(n for n in DATASETS if n != "composite")
-
-
-class NoTools:
-    names: tuple[str, ...] = ()
-
-    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        raise ToolError(f"unknown tool {name!r}: reasoning-gym tasks have no tools")
 
 
 class ReasoningGymDomain:

@@ -23,8 +23,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from whale.domains.base import NoTools
 from whale.domains.data_rows import read_rows
-from whale.harness.task import Task, ToolError
+from whale.domains.searchqa.text import normalize_answer
+from whale.harness.task import Task
 
 VERIFIERS = ("exact", "numeric", "choice", "regex")
 SPLITS_DEALT = ("test", "val", "search", "train")
@@ -32,11 +34,6 @@ DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 LETTERS = string.ascii_uppercase
 MAX_REPLY_CHARS = 10_000  # of a reply a regex is matched against
-
-
-def normalised(text: str) -> str:
-    text = "".join(c for c in str(text).lower() if c not in string.punctuation)
-    return " ".join(w for w in text.split() if w not in ("a", "an", "the"))
 
 
 def last_number(text: str) -> float | None:
@@ -55,15 +52,8 @@ def choice_index(reply: str, choices: list[str]) -> int | None:
     letter = marked or lone
     if letter and letter.group(1).upper() in LETTERS[: len(choices)]:
         return LETTERS.index(letter.group(1).upper())
-    by_text = [i for i, c in enumerate(choices) if normalised(c) == normalised(text)]
+    by_text = [i for i, c in enumerate(choices) if normalize_answer(c) == normalize_answer(text)]
     return by_text[0] if len(by_text) == 1 else None
-
-
-class NoTools:
-    names: tuple[str, ...] = ()
-
-    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        raise ToolError(f"unknown tool {name!r}: qa tasks have no tools")
 
 
 class QADomain:
@@ -224,7 +214,7 @@ class QADomain:
 
     def _matches(self, reply: str, gold: str, task: Task) -> bool:
         if self.verifier == "exact":
-            return normalised(reply) == normalised(gold)
+            return normalize_answer(reply) == normalize_answer(gold)
         if self.verifier == "numeric":
             got, want = last_number(reply), last_number(gold)
             return got is not None and want is not None and math.isclose(got, want, rel_tol=self.tolerance,
