@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import re
 import sys
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from whale.domains.base import SPLITS
 from whale.domains.data_rows import read_rows
 from whale.domains.math_tools import MathToolbox
+from whale.domains.user_files import Skips
 from whale.harness.task import Task
 
 NAMES = (
@@ -194,12 +194,11 @@ def generate_problems(
 def load_gsm8k_jsonl(path: str | Path, strict: bool = False) -> list[Task]:
     """GSM8K rows ({"question", "answer": "...#### N"}) as tasks. A malformed row is skipped with its
     path:line, summarised on stderr ("loaded N, skipped M (reasons)"); `strict` makes it an error."""
-    tasks, skipped, kinds = [], [], Counter()
+    tasks, skips = [], Skips()
     for where, row in read_rows(path)[1]:
         problem = row if isinstance(row, str) else _gsm8k_problem(row)
         if problem:
-            skipped.append(f"{where}: {problem}")
-            kinds[problem.split(" (")[0].split(":")[0]] += 1
+            skips.add(where, problem)
             continue
         solution, _, final = row["answer"].rpartition("####")
         tasks.append(
@@ -213,15 +212,10 @@ def load_gsm8k_jsonl(path: str | Path, strict: bool = False) -> list[Task]:
                 meta={"source": "gsm8k"},
             )
         )
-    reasons = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
-    summary = f"loaded {len(tasks)}, skipped {len(skipped)}" + (f" ({reasons})" if reasons else "")
-    if skipped and strict:
-        raise ValueError(f"{skipped[0]} (strict: every row must load; {summary})")
+    skips.refuse_if_strict(strict, len(tasks))
     if not tasks:
-        raise ValueError(f"{path}: no usable rows ({summary})")
-    print(f"whale: {path}: GSM8K rows {summary}", file=sys.stderr)
-    for line in skipped[:5]:
-        print(f"  skipped {line}", file=sys.stderr)
+        raise ValueError(f"{path}: no usable rows ({skips.summary(0)})")
+    skips.report(f"{path}: GSM8K rows", len(tasks))
     return tasks
 
 

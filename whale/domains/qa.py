@@ -19,13 +19,13 @@ import math
 import re
 import string
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from whale.domains.base import NoTools
 from whale.domains.data_rows import read_rows
 from whale.domains.searchqa.text import normalize_answer
+from whale.domains.user_files import Skips
 from whale.harness.task import Task
 
 VERIFIERS = ("exact", "numeric", "choice", "regex")
@@ -107,21 +107,15 @@ class QADomain:
 
     def _load(self, path: str) -> list[Task]:
         kind, rows = read_rows(path, self.encoding)
-        tasks, skipped, kinds = [], [], Counter()
+        tasks, skips = [], Skips()
         for where, row in rows:
             task = self._task(row) if isinstance(row, dict) else row
             if isinstance(task, str):
-                skipped.append(f"{where}: {task}")
-                kinds[task.split(":")[0].split(" (")[0]] += 1
+                skips.add(where, task)
             else:
                 tasks.append(task)
-        reasons = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
-        summary = f"loaded {len(tasks)}, skipped {len(skipped)}" + (f" ({reasons})" if reasons else "")
-        if skipped and self.strict:
-            raise ValueError(f"{skipped[0]} (strict: every row must load; {summary})")
-        print(f"whale: {path} ({kind}): rows {summary}", file=sys.stderr)
-        for line in skipped[:5]:
-            print(f"  skipped {line}", file=sys.stderr)
+        skips.refuse_if_strict(self.strict, len(tasks))
+        skips.report(f"{path} ({kind}): rows", len(tasks))
         return tasks
 
     def _task(self, row: dict[str, Any]) -> Task | str:

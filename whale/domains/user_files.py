@@ -5,7 +5,10 @@ loaders skip by name)."""
 from __future__ import annotations
 
 import io
+import sys
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ENCODINGS_TRIED = ("utf-8-sig", "cp1252", "latin-1")  # "auto": the first that decodes the sample
@@ -61,3 +64,33 @@ def _decoded_lines(path: str | Path, encoding: str) -> Iterator[str]:
                 return
             lineno += 1
             yield line
+
+
+SKIPS_SHOWN = 5  # skipped rows listed one by one on stderr; the summary counts them all
+
+
+@dataclass
+class Skips:
+    """The rows a loader skipped, each `where: reason`, and a count per reason (the text before any
+    ' (' or ':')."""
+
+    lines: list[str] = field(default_factory=list)
+    kinds: Counter = field(default_factory=Counter)
+
+    def add(self, where: str, reason: str) -> None:
+        self.lines.append(f"{where}: {reason}")
+        self.kinds[reason.split(" (")[0].split(":")[0]] += 1
+
+    def summary(self, loaded: int) -> str:
+        reasons = ", ".join(f"{kind} {n}" for kind, n in self.kinds.most_common())
+        return f"loaded {loaded}, skipped {len(self.lines)}" + (f" ({reasons})" if reasons else "")
+
+    def refuse_if_strict(self, strict: bool, loaded: int) -> None:
+        if self.lines and strict:
+            raise ValueError(f"{self.lines[0]} (strict: every row must load; {self.summary(loaded)})")
+
+    def report(self, what: str, loaded: int, note: str = "") -> None:
+        """`whale: <what> loaded N, skipped M (reasons)<note>` and the first skips, on stderr."""
+        print(f"whale: {what} {self.summary(loaded)}{note}", file=sys.stderr)
+        for line in self.lines[:SKIPS_SHOWN]:
+            print(f"  skipped {line}", file=sys.stderr)

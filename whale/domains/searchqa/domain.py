@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
-import sys
-from collections import Counter, deque
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from whale.domains.searchqa.corpus import (
 )
 from whale.domains.searchqa.index import SearchIndex, SearchToolbox
 from whale.domains.searchqa.text import exact_match, normalize_answer
+from whale.domains.user_files import Skips
 from whale.harness.task import Task
 
 DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}
@@ -73,14 +73,12 @@ def load_qa_jsonl(
         documents.append(Document(doc_id, title, text))
     corpus_text = " " + " ".join(normalize_answer(f"{d.title} {d.text}") for d in documents) + " "
     tasks: list[Task] = []
-    skipped: list[str] = []
-    kinds: Counter = Counter()
+    skips = Skips()
     unanswerable = 0
     for where, row in read_rows(questions_path)[1]:
         problem = row if isinstance(row, str) else _question_problem(row)
         if problem:
-            skipped.append(f"{where}: {problem}")
-            kinds[problem.split(" (")[0]] += 1
+            skips.add(where, problem)
             continue
         answers = row["answers"] if "answers" in row else [row["answer"]]
         hops = row.get("hops")
@@ -92,18 +90,11 @@ def load_qa_jsonl(
         tasks.append(
             Task(f"qa-{len(tasks)}", {"question": row["question"].strip()}, {"answers": answers}, meta)
         )
-    reasons = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
-    summary = f"loaded {len(tasks)}, skipped {len(skipped)}" + (f" ({reasons})" if reasons else "")
-    if skipped and strict:
-        raise ValueError(f"{skipped[0]} (strict: every row must load; {summary})")
+    skips.refuse_if_strict(strict, len(tasks))
     if not tasks:
-        raise ValueError(f"{questions_path}: no usable questions ({summary})")
-    note = (
-        f"; {unanswerable} with no gold answer in the corpus (meta answerable: false)" if unanswerable else ""
-    )
-    print(f"whale: {questions_path}: questions {summary}{note}", file=sys.stderr)
-    for line in skipped[:5]:
-        print(f"  skipped {line}", file=sys.stderr)
+        raise ValueError(f"{questions_path}: no usable questions ({skips.summary(0)})")
+    note = f"; {unanswerable} with no gold answer in the corpus (meta answerable: false)" * bool(unanswerable)
+    skips.report(f"{questions_path}: questions", len(tasks), note)
     return tasks, documents
 
 
