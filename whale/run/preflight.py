@@ -74,6 +74,10 @@ def check_engine(cfg: Config) -> None:
 def resolve_engine_dtype(cfg: Config, model: Any, tokenizer: Any) -> tuple[Config, str]:
     """The config the engines are built from (a fast engine's "auto" dtype replaced by the probe's
     choice) and what to log about it. Decided once, in the driver, so every engine of a run agrees."""
+    if cfg.engine.kind == "vllm":
+        from whale.model.vllm_engine import on_cpu, summary
+
+        return cfg, summary(cfg.engine.vllm, on_cpu())
     if cfg.engine.kind != "fast":
         return cfg, f"the model's ({cfg.engine.kind} engine)"
     from whale.model.dtype_probe import pick_dtype
