@@ -10,6 +10,7 @@ import platform
 import re
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -99,7 +100,7 @@ def two_sample_chi2(a: Counter, b: Counter) -> tuple[float, int]:
     return stat, len(rows) - 1
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def embedded_lora() -> tuple[Any, Any]:
     from whale.model.loading import load_model
 
@@ -109,19 +110,22 @@ def embedded_lora() -> tuple[Any, Any]:
     return model, tokenizer
 
 
-@pytest.fixture(scope="session")
-def vllm_engine(embedded_lora: tuple[Any, Any]) -> Any:
-    """The one vLLM engine of the test session (start-up is tens of seconds)."""
+@pytest.fixture(scope="module")
+def vllm_engine(embedded_lora: tuple[Any, Any]) -> Iterator[Any]:
+    """The one vLLM engine of these tests (start-up is tens of seconds), shut down after this
+    module: an idle vLLM CPU engine keeps its processes busy, which would slow every later test."""
     from whale.core.config import EngineConfig
     from whale.model.backends import build_engine
 
     model, tokenizer = embedded_lora
     settings = {"cpu_kvcache_gib": 1, "kv_cache_tokens": KV_CACHE_TOKENS, "max_model_len": 4096}
     cfg = EngineConfig(kind="vllm", vllm=settings)
-    return build_engine(cfg, model, tokenizer, 256)
+    engine = build_engine(cfg, model, tokenizer, 256)
+    yield engine
+    engine.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def reference(embedded_lora: tuple[Any, Any]) -> HFEngine:
     model, tokenizer = embedded_lora
     return HFEngine(model, tokenizer, max_batch=256)

@@ -236,6 +236,11 @@ class VLLMEngine:
         self.folders.done(folder)
         self._served = self.weights_version
 
+    def close(self) -> None:
+        """Stop vLLM's engine-core and worker processes (an idle CPU engine keeps them spinning)."""
+        self.cancel()
+        self.core.engine_core.shutdown()
+
     @property
     def busy(self) -> bool:
         return bool(self._live)
