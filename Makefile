@@ -36,9 +36,11 @@ chromium:
 	   (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)) || \
 	  echo "could not install chromium (apt-get install chromium as root); the report browser test will fail"
 
+# pytest-xdist, one worker per core; a test file stays on one worker, so its module fixtures (the vLLM
+# engine among them) are built once.
 test: $(DEV_STAMP) chromium
 	$(VENV)/bin/ruff check whale tests
-	$(PY) -m pytest -n auto --dist loadgroup
+	$(PY) -m pytest -n auto --dist loadfile
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check whale tests

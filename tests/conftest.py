@@ -24,19 +24,6 @@ SHARP_PROBE = "What is 2 plus 3? Explain it in detail, step by step, with many w
 torch.set_num_threads(1)
 
 
-# Session fixtures that take minutes to build: under pytest-xdist (`make test` runs `-n auto --dist
-# loadgroup`) every test that uses one goes to the same worker, so each is built once; every other test
-# stays with the rest of its file, whose module fixtures are then built once too.
-SHARED_SESSION_FIXTURES = ("compared", "agent_run", "agent_bundle")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        shared = [name for name in SHARED_SESSION_FIXTURES if name in getattr(item, "fixturenames", ())]
-        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.nodeid.split("::")[0]))
-
-
 @pytest.fixture(scope="module")
 def tiny() -> tuple[Any, Any]:
     """(model, tokenizer) from `load_model("tiny")`, shared by the tests of one module (do not train it)."""
