@@ -45,7 +45,7 @@ class VLLMConfig(Section):
     # on the CPU, where compiling took minutes and gained little (docs/performance.md), compiled on a GPU
     enforce_eager: bool | None = None
     cpu_kvcache_gib: int = Field(2, ge=1)  # CPU only: KV cache memory in GiB, the rest is the trainer's
-    kv_cache_tokens: int | None = Field(None, ge=32)  # a cap on the KV cache, in tokens (32-token blocks)
+    kv_cache_tokens: int | None = Field(None, ge=32)  # CPU only: a cap on the KV cache, in tokens
     sync_dir: str | None = None  # where new weights are written for vLLM to load; default: a temp folder
 
 

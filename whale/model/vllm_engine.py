@@ -160,8 +160,6 @@ def engine_kwargs(
     }
     if cfg.max_model_len is not None:
         kwargs["max_model_len"] = cfg.max_model_len
-    if cfg.kv_cache_tokens is not None:
-        kwargs["num_gpu_blocks_override"] = -(-cfg.kv_cache_tokens // CPU_BLOCK_SIZE)
     if cpu:
         longest = cfg.max_model_len or 8192
         kwargs.update(
@@ -172,6 +170,8 @@ def engine_kwargs(
             max_model_len=longest,
             block_size=CPU_BLOCK_SIZE,
         )
+        if cfg.kv_cache_tokens is not None:
+            kwargs["num_gpu_blocks_override"] = -(-cfg.kv_cache_tokens // CPU_BLOCK_SIZE)
     else:
         kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
     if rank is not None:
