@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import io
+import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -185,13 +188,28 @@ def agent_bundle(agent_run: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return out
 
 
+def session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder shared by every xdist worker of this test session (each worker has its own basetemp)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """`whale compare` of the six methods on the tiny preset, one seed: (its folder, its stdout)."""
+    """`whale compare` of the six methods on the tiny preset, one seed: (its folder, its stdout). Built
+    once per session, under a lock, by whichever worker needs it first (it takes minutes); each worker
+    gets its own copy, since tests edit and re-run it."""
     from tests.cli.test_cli import whale
 
+    built = session_folder(tmp_path_factory) / "compare-tiny"
+    with open(built.parent / "compare-tiny.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (built / "stdout.txt").is_file():
+            methods = "whale,whale-adaptive,weight-only,harness-only,stagewise,fast-slow"
+            cmd = ("compare", "--domain", "math", "--methods", methods, "--preset", "tiny")
+            proc = whale(*cmd, "--out", str(built / "cmp"), timeout=1200)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            (built / "stdout.txt").write_text(proc.stdout)
     out = tmp_path_factory.mktemp("compare") / "cmp"
-    methods = "whale,whale-adaptive,weight-only,harness-only,stagewise,fast-slow"
-    proc = whale("compare", "--domain", "math", "--methods", methods, "--preset", "tiny", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, proc.stdout
+    shutil.copytree(built / "cmp", out)
+    return out, (built / "stdout.txt").read_text()

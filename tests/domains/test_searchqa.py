@@ -301,19 +301,19 @@ def test_loader_parses_questions_and_corpus(tmp_path):
     ],
 )
 def test_loader_reports_path_and_line(tmp_path, which, row, capsys):
-    """A bad corpus row fails the load; a bad question is skipped by name (or refused under strict)."""
+    """A bad row of either file is skipped by path:line, with a summary (or refused under strict)."""
     questions_rows = [{"question": "q", "answer": "yes"}, ""] + ([row] if which == "questions" else [])
     corpus_rows = [{"id": "d1", "title": "t", "text": "x"}, ""] + ([row] if which == "corpus" else [])
     paths = {
         "questions": write_jsonl(tmp_path / "q.jsonl", questions_rows),
         "corpus": write_jsonl(tmp_path / "c.jsonl", corpus_rows),
     }
-    if which == "questions":
-        tasks, _ = load_qa_jsonl(paths["questions"], paths["corpus"])
-        assert len(tasks) == 1 and tasks[0].meta["answerable"] is False  # "yes" is not in the corpus
-        err = capsys.readouterr().err
-        assert "questions loaded 1, skipped 1" in err and "1 with no gold answer in the corpus" in err
-        assert f"  skipped {paths['questions']}:3: " in err
+    tasks, documents = load_qa_jsonl(paths["questions"], paths["corpus"])
+    assert len(tasks) == 1 and tasks[0].meta["answerable"] is False  # "yes" is not in the corpus
+    assert [(d.id, d.title) for d in documents] == [("d1", "t")]  # a duplicate id keeps the first row
+    err = capsys.readouterr().err
+    assert f"{which} loaded 1, skipped 1" in err and "1 with no gold answer in the corpus" in err
+    assert f"  skipped {paths[which]}:3: " in err
     with pytest.raises(ValueError) as info:
         load_qa_jsonl(paths["questions"], paths["corpus"], strict=True)
     message = str(info.value)

@@ -20,7 +20,13 @@ import yaml
 from whale.core.config import ConfigError
 from whale.core.files import read_json, read_jsonl
 from whale.report.write import write_report
-from whale.studies.bottleneck import attribute_gains, bottleneck_verdict, gain_per_1000, phase_intervals
+from whale.studies.bottleneck import (
+    attribute_gains,
+    bottleneck_verdict,
+    gain_per_1000,
+    measured_totals,
+    phase_intervals,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RUN_SECTIONS = ("summary", "cost", "curves", "rft", "search", "lineage", "diff", "bottleneck", "points",
@@ -374,6 +380,23 @@ def test_report_of_a_hand_made_run_escapes_everything_from_files(tmp_path):
     assert not (run / "summary.json").exists()  # a report only reads the run
 
 
+def test_measured_effects_are_shown_with_intervals_and_an_unmeasured_interval_says_why(tmp_path):
+    run = make_run(tmp_path / "run")
+    points = read_jsonl(run / "evals.jsonl")
+    tasks = [f"t{i}" for i in range(10)]
+    sides = {"weights": [0.25] * 10, "harness": [0.0, 0.5] * 5, "interaction": [0.0] * 10}
+    points[1]["effects"] = {"basis": "measured: 2x2", "from_point": 0, "tasks": tasks, **sides}
+    (run / "evals.jsonl").write_text("".join(json.dumps(p) + "\n" for p in points))
+    text = write_report(run).read_text()
+    check_page(text)
+    bottleneck = section(text, "bottleneck")
+    assert "Inconclusive which side carried the run" in bottleneck  # 0.25 vs 0.25: the difference covers zero
+    assert "weights +0.250 [+0.250, +0.250]" in bottleneck and "measured: 2x2" in bottleneck
+    assert "not measured: both sides changed, eval.cross off" in bottleneck  # the second interval
+    assert "1 of 2 intervals were not measured" in bottleneck
+    assert len(embedded_pngs(text)) == 5  # the measured effects are drawn too
+
+
 def test_runs_without_search_or_weight_steps_show_none(tmp_path):
     text = write_report(make_run(tmp_path / "weights", finished=True, search=False)).read_text()
     check_page(text)
@@ -495,7 +518,10 @@ def test_report_of_a_tiny_run(tiny_run):
         assert f"<code>{cid}</code>" in lineage
     assert ("the seed harness was kept" in section(text, "diff")) == (state["incumbent"] == "c0000")
     bottleneck = section(text, "bottleneck")
-    assert bottleneck.count("<table>") == 2 and "within CI" in bottleneck
+    assert "Measured, on val" in bottleneck and "Apportioned, on test" in bottleneck
+    assert "within CI" in bottleneck
+    measured = measured_totals(read_jsonl(tiny_run / "evals.jsonl"))  # eval.cross is on by default here
+    assert measured is not None and bottleneck.count("<table>") == 4
     assert section(text, "points").count("<tr>") == 1 + state["eval_points"]
 
 

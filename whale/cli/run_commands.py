@@ -12,6 +12,7 @@ from rich.table import Table
 
 from whale.cli.app import app, console, user_error
 from whale.cli.harness_runs import domain_overrides, harness_source, run_harnesses, trace_lines
+from whale.studies.bottleneck import measured_totals, measured_verdict
 
 
 @app.command()
@@ -362,6 +363,10 @@ def print_summary(summary: dict, out_dir: Path) -> None:
             f"search-split score {gains['start']:.3f} -> {gains['end']:.3f}: "
             f"weights {gains['weights']:+.3f}, harness {gains['harness']:+.3f} (accepted: {accepted})"
         )
+    totals = measured_totals(summary["points"])
+    if totals is not None:
+        k = summary.get("k") or 1
+        console.print(f"bottleneck, measured on val: {measured_verdict(totals, k)}", highlight=False)
     if summary["harness_diff"]:
         console.print(f"[bold]accepted harness {summary['final_harness']} vs seed:[/bold]")
         console.print(Syntax(summary["harness_diff"], "diff", word_wrap=True))

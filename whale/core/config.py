@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # schedule.method; each one's rule is in whale.run.schedule
 METHODS = (
@@ -207,6 +207,15 @@ class ScheduleConfig(Section):
 class EvalConfig(Section):
     k: int = Field(8, ge=1)
     every_rollouts: int = Field(300, ge=1)  # val/test cadence in budget rollouts, same for every method
+    # the 2x2 cross-evaluation on val when both sides changed between two points (whale/run/cross_eval.py);
+    # auto: on when its two val corners cost at most one evaluation (val size <= test size)
+    cross: Literal["auto", "on", "off"] = "auto"
+
+    @field_validator("cross", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: Any) -> Any:
+        """YAML reads a bare on/off as a boolean."""
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
 
 DEFAULT_SIZES = {"train": 2000, "search": 32, "val": 32, "test": 64}

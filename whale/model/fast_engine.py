@@ -27,9 +27,9 @@ from whale.model.engine import Generation, GenerationRequest, SamplingParams
 from whale.model.packed_weights import (
     PackedModel,
     UnsupportedModel,
+    WeightWatch,
     base_model,
     pack_weights,
-    weights_signature,
 )
 from whale.model.sampling import chat_prompt_ids, eos_token_ids, finish_check, sample_next, sampled_logprobs
 
@@ -89,6 +89,7 @@ class FastEngine:
         self.prefill_reused = 0  # prompt tokens whose KV came from the prefix cache
         self.packed: PackedModel | None = None
         self._signature: tuple | None = None
+        self._watch = WeightWatch()
         self._cos = self._sin = torch.empty(0)
         self._k: list[torch.Tensor] = []
         self._v: list[torch.Tensor] = []
@@ -161,7 +162,7 @@ class FastEngine:
     # ---- weights -------------------------------------------------------------------------------------
 
     def _sync_weights(self) -> None:
-        signature = weights_signature(self.model)
+        signature = self._watch.signature(self.model, self.weights_version)
         if signature == self._signature:
             return
         self.packed = pack_weights(self.model, self.dtype)
@@ -226,7 +227,7 @@ class FastEngine:
         for members in groups.values():
             params = rows[members[0]].request.params
             idx = torch.tensor(members)
-            part = logits[idx]
+            part = logits if len(members) == len(rows) else logits[idx]
             tokens[idx] = sample_next(part, params, rows[members[0]].gen, [rows[i].gen for i in members])
             if any(rows[i].request.logprobs for i in members):
                 chosen[idx] = sampled_logprobs(part, tokens[idx], params.temperature)

@@ -56,15 +56,27 @@ def effective_linear(module: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, bias
 
 
-def weights_signature(model: Any) -> tuple:
-    """Changes whenever a parameter is modified in place (optimizer step, load_state_dict) or adapters
-    are switched, so the packed copy is known to be stale."""
-    flags = tuple(
-        (getattr(m, "merged", False), getattr(m, "disable_adapters", False))
-        for m in model.modules()
-        if hasattr(m, "base_layer")
-    )
-    return (sum(p._version for p in model.parameters()), len(list(model.parameters())), flags)
+class WeightWatch:
+    """A signature that changes whenever a parameter is modified in place (optimizer step,
+    load_state_dict) or adapters are merged or disabled, so the packed copy is known to be stale. The
+    parameters and adapter layers are listed again only when the model or its weights label changes (a
+    sync relabels); every step reads just their version counters and flags. Walking the modules each
+    step cost 2 ms, a quarter of a tiny model's decode step."""
+
+    def __init__(self) -> None:
+        self.key: tuple[int, str] | None = None
+        self.params: list[torch.Tensor] = []
+        self.adapters: list[Any] = []
+
+    def signature(self, model: Any, label: str) -> tuple:
+        if self.key != (id(model), label):
+            self.key = (id(model), label)
+            self.params = list(model.parameters())
+            self.adapters = [m for m in model.modules() if hasattr(m, "base_layer")]
+        flags = tuple(
+            (getattr(m, "merged", False), getattr(m, "disable_adapters", False)) for m in self.adapters
+        )
+        return (sum(p._version for p in self.params), len(self.params), flags)
 
 
 @torch.no_grad()

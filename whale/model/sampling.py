@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from whale.model.engine import SamplingParams
 
@@ -60,6 +61,8 @@ def sample_next(
     shared = [pos for pos, g in enumerate(row_gens) if g is None]
     if len(shared) == len(probs):
         return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    if not shared:  # every row has its own generator: no copy of the rows
+        return inverse_cdf_draw(probs, row_gens)
     out = torch.empty(len(probs), dtype=torch.long)
     if shared:
         out[shared] = torch.multinomial(probs[shared], 1, generator=gen).squeeze(-1)
@@ -69,14 +72,23 @@ def sample_next(
     return out
 
 
-def inverse_cdf_draw(probs: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
+def inverse_cdf_draw(probs: torch.Tensor, gens: list[torch.Generator], block: int = 256) -> torch.Tensor:
     """One token per row from one uniform of that row's generator (so no row depends on another), found
-    in the row's cumulative distribution. One batched cumsum instead of a multinomial per row: at 128
-    rows over a 49k vocabulary the per-row loop was a fifth of a decode step."""
+    in the row's cumulative distribution, in float64. Two levels: the block of `block` tokens holding the
+    uniform, from the blocks' sums, then the token inside it. A scan of the whole 49k vocabulary per row
+    cost 7x more (19 vs 2.6 ms at 32 rows here) and was most of a tiny model's decode step."""
     u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in gens])
-    cdf = probs.double().cumsum(-1)
-    picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
-    return picked.clamp_(max=probs.shape[-1] - 1)
+    rows, vocab = probs.shape
+    n_blocks = -(-vocab // block)
+    padded = F.pad(probs, (0, n_blocks * block - vocab)) if n_blocks * block != vocab else probs
+    blocks = padded.view(rows, n_blocks, block)
+    ends = blocks.sum(-1, dtype=torch.float64).cumsum(-1)
+    target = (u * ends[:, -1])[:, None]
+    b = torch.searchsorted(ends, target, right=True).clamp_(max=n_blocks - 1)
+    start = torch.where(b > 0, ends.gather(-1, (b - 1).clamp(min=0)), torch.zeros_like(target))
+    inside = blocks[torch.arange(rows), b.squeeze(-1)].cumsum(-1, dtype=torch.float64) + start
+    j = torch.searchsorted(inside, target, right=True).clamp_(max=block - 1)
+    return (b * block + j).squeeze(-1).clamp_(max=vocab - 1)
 
 
 def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -228,12 +228,13 @@ class Trainer:
         self.reference = checkpoint_weights(self.model, folder)
 
     @contextmanager
-    def _reference_weights(self) -> Iterator[None]:
-        """Swap the reference's tensors in, and the current ones back afterwards, bit for bit."""
+    def holding(self, state: dict[str, torch.Tensor]) -> Iterator[None]:
+        """Swap `state`'s trainable tensors in (the reference, or an earlier point's weights for the
+        cross-evaluation), and the current ones back afterwards, bit for bit."""
         params = dict(self.model.named_parameters())
         current = self.trainable_state()
         with torch.no_grad():
-            for name, tensor in self.reference.items():
+            for name, tensor in state.items():
                 params[name].copy_(tensor)
             try:
                 yield
@@ -247,7 +248,7 @@ class Trainer:
         was_training = self.model.training
         self.model.eval()
         out: list[torch.Tensor] = []
-        with self._reference_weights():
+        with self.holding(self.reference):
             for start in range(0, len(examples), self.config.micro_batch):
                 out += example_logprobs(
                     self.model, examples[start : start + self.config.micro_batch], self.pad_id

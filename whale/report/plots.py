@@ -13,7 +13,10 @@ from whale.report.html import esc
 from whale.report.run_files import RunFiles, run_end
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.studies.bottleneck import (
+    Estimate,
     Interval,
+    MeasuredInterval,
+    MeasuredTotals,
     gain_per_1000,
     phase_intervals,
     start_kind,
@@ -151,4 +154,37 @@ def plot_bottleneck(intervals: list[Interval]) -> str:
     right.axhline(0, color="k", lw=0.8)
     right.set_ylabel("test gain per 1,000 rollouts")
     right.set_title("whole run", fontsize="medium")
+    return png_uri(fig)
+
+
+def error_bars(
+    ax: Any, xs: list[float], estimates: list[Estimate], color: str, label: str, width: float
+) -> None:
+    means = [e.mean for e in estimates]
+    errors = [[e.mean - e.ci_low for e in estimates], [e.ci_high - e.mean for e in estimates]]
+    ax.bar(xs, means, width=width, color=color, label=label, yerr=errors, capsize=3)
+
+
+def plot_measured(intervals: list[MeasuredInterval | None], totals: MeasuredTotals) -> str:
+    """Left: each side's measured val effect per interval, with 95% CIs. Right: the sums over the run."""
+    fig, (left, right) = new_figure(width=9.0, height=3.6, cols=2)
+    shown = [m for m in intervals if m is not None]
+    xs = list(range(len(shown)))
+    error_bars(left, [x - 0.2 for x in xs], [m.weights for m in shown], COLORS[WEIGHTS], "weights", 0.4)
+    error_bars(left, [x + 0.2 for x in xs], [m.harness for m in shown], COLORS[HARNESS], "harness", 0.4)
+    left.set_xticks(xs, [f"{m.start_point}\u2192{m.end_point}" for m in shown])
+    if len(xs) > 10:
+        left.tick_params(axis="x", labelrotation=90, labelsize="x-small")
+    left.axhline(0, color="k", lw=0.8)
+    left.set_xlabel("evaluation points")
+    left.set_ylabel("measured val effect")
+    left.legend(fontsize="small")
+    error_bars(right, [0], [totals.weights], COLORS[WEIGHTS], "weights", 0.6)
+    error_bars(right, [1], [totals.harness], COLORS[HARNESS], "harness", 0.6)
+    right.set_xticks([0, 1], [WEIGHTS, HARNESS])
+    right.axhline(0, color="k", lw=0.8)
+    right.set_ylabel("summed val effect")
+    right.set_title(
+        f"whole run ({totals.measured} of {totals.intervals} intervals measured)", fontsize="medium"
+    )
     return png_uri(fig)

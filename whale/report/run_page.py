@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from whale.report.bottleneck_view import section_bottleneck
 from whale.report.html import (
     ci_text,
     diff_html,
@@ -32,7 +33,6 @@ from whale.report.html import (
 from whale.report.plots import (
     COLORS,
     img_html,
-    plot_bottleneck,
     plot_curves,
     plot_rft,
     plot_search,
@@ -42,23 +42,6 @@ from whale.report.traces import section_accepted, section_config, section_tasks,
 from whale.run.rundir import SEARCH
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import harness_diff
-from whale.studies.bottleneck import (
-    attribute_gains,
-    bottleneck_verdict,
-    gain_per_1000,
-)
-
-# ---- loading ---------------------------------------------------------------------------------------
-
-
-# ---- phases and the bottleneck attribution -------------------------------------------------------------
-
-
-# ---- plots ------------------------------------------------------------------------------------------
-
-
-# ---- HTML helpers -------------------------------------------------------------------------------------
-
 
 # ---- run report sections -------------------------------------------------------------------------------
 
@@ -276,70 +259,6 @@ def section_diff(run: RunFiles) -> str:
             "diff", "Final harness against the seed", none_html("none: the seed harness was kept")
         )
     return section_html("diff", f"Final harness {final} against the seed", diff_html(diff))
-
-
-def section_bottleneck(run: RunFiles) -> str:
-    title = "Bottleneck: accuracy gained per 1,000 rollouts, weights vs harness"
-    intervals = attribute_gains(run.points, run.events)
-    if not intervals:
-        return section_html("bottleneck", title, none_html("none: fewer than two evaluation points"))
-    rows = [
-        [
-            f"{i.start_point} \u2192 {i.end_point}",
-            f"{i.start_rollouts}\u2013{i.end_rollouts}",
-            f"{i.change:+.4f}",
-            str(i.weight_rollouts),
-            str(i.harness_rollouts),
-            f"{i.gain(WEIGHTS):+.4f}",
-            f"{i.gain(HARNESS):+.4f}",
-            f"{1000 * i.change / i.spent:+.4f}" if i.spent else "-",
-            "yes" if i.within_ci else "no",
-            i.basis,
-        ]
-        for i in intervals
-    ]
-    head = [
-        "points",
-        "rollouts",
-        "test change",
-        "weight rollouts",
-        "harness rollouts",
-        "weights gain",
-        "harness gain",
-        "change per 1,000",
-        "within CI (noise)",
-        "credited",
-    ]
-    rates = gain_per_1000(intervals)
-    totals = table_html(
-        ["phase kind", "rollouts", "attributed test change", "per 1,000 rollouts"],
-        [
-            [
-                k,
-                str(sum(i.weight_rollouts if k == WEIGHTS else i.harness_rollouts for i in intervals)),
-                f"{sum(i.gain(k) for i in intervals):+.4f}",
-                "-" if rates[k] is None else f"{rates[k]:+.4f}",
-            ]
-            for k in (WEIGHTS, HARNESS)
-        ],
-        {1, 2, 3},
-    )
-    explain = (
-        '<p class="note">The test mean@k change between two consecutive evaluation points goes to the side '
-        "whose part of the agent changed (the weights version or the harness id): all of it when only one "
-        "changed, none to a side that did not. Only when both changed is it split in proportion to the "
-        "budget rollouts each spent in between (RFT steps vs search iterations and re-evaluations); the "
-        "column 'credited' says which.</p>"
-    )
-    body = (
-        f"<p><strong>{esc(bottleneck_verdict(intervals))}</strong></p>\n{explain}\n"
-        + img_html(plot_bottleneck(intervals), "attributed test change by phase kind")
-        + "\n"
-        + totals
-        + "\n"
-        + table_html(head, rows, set(range(1, 8)))
-    )
-    return section_html("bottleneck", title, body)
 
 
 def section_points(run: RunFiles) -> str:

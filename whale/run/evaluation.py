@@ -36,17 +36,23 @@ def evaluate(
     """k rollouts of `harness` on every val and test task: the rollouts and the score of each split."""
     out = {}
     for split in SPLITS:
-        tasks = splits[split]
-        with bars(f"evaluating {split} mean@{k}", len(tasks) * k) as tick:
-            rollouts = runner.run([RolloutJob(t, harness, s) for t in tasks for s in range(k)], tick)
-        out[split] = (rollouts, asdict(score_rollouts(rollouts, tasks)))
+        rollouts = evaluate_split(runner, harness, splits[split], k, bars, split)
+        out[split] = (rollouts, asdict(score_rollouts(rollouts, splits[split])))
     return out
+
+
+def evaluate_split(
+    runner: Executor, harness: HarnessCandidate, tasks: list[Task], k: int, bars: Bars, label: str
+) -> list[Rollout]:
+    """k rollouts of `harness` on each of `tasks`: samples 0..k-1, as at every evaluation point."""
+    with bars(f"evaluating {label} mean@{k}", len(tasks) * k) as tick:
+        return runner.run([RolloutJob(t, harness, s) for t in tasks for s in range(k)], tick)
 
 
 def copied_point(source: RunDir, point: int) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """Evaluation point `point` of `source`: its record (without provenance) and its rollouts per split."""
     record = next(r for r in source.points() if r["point"] == point)
-    record = {k: v for k, v in record.items() if k not in ("reused_from", "repeats")}
+    record = {k: v for k, v in record.items() if k not in ("reused_from", "repeats", "effects")}
     return record, {split: source.eval_rows(point, split) for split in SPLITS}
 
 

@@ -29,6 +29,7 @@ from whale.model.loading import check_model_name
 from whale.rollout.build import build_executor
 from whale.run import events
 from whale.run.budget import Budget
+from whale.run.cross_eval import cross_evaluator
 from whale.run.disk import retained_checkpoints, save_checkpoint
 from whale.run.evaluation import (
     copied_point,
@@ -98,6 +99,8 @@ class Experiment:
         if not resume:
             self.dir.create(cfg)  # only now: a config, domain or model error leaves nothing on disk
         self.archive = Archive(self.dir / SEARCH)
+        parts = {"trainer": self.trainer, "runner": self.runner, "archive": self.archive, "run": self.dir}
+        self.cross = cross_evaluator(cfg.eval, self.splits, self.bars, resume, **parts)  # before a load
         self.weight_settings = WeightSettings.from_config(cfg)
         brief = search_brief(cfg, self.domain)
         self.search_settings = SearchSettings.from_config(cfg, brief, self.rules.prompts_only)
@@ -166,9 +169,8 @@ class Experiment:
         return self.summary()
 
     def _weight_unit(self, sched: ScheduleState) -> UnitDone | None:
-        """One weight step under the incumbent (fast-slow: a population member drawn per task): its mean
-        train reward and the rollouts behind it. The budget's last step is cut to the tasks it can pay for
-        (None: not one). An evaluation point it would pass is taken first: the agent held there is today's."""
+        """One weight step under the incumbent (fast-slow: a member per task), cut to the tasks the budget
+        pays for (None: not one). Evaluation points it would pass are taken first, on today's agent."""
         st, algorithm, settings = self.state, self.cfg.weights.algorithm, self.weight_settings
         tasks = min(settings.tasks_per_step, self.budget.left // settings.k)
         if tasks == 0:
@@ -289,8 +291,7 @@ class Experiment:
         return True
 
     def _evaluate_passed(self, end: int) -> None:
-        """Before a unit that will spend up to `end` budget rollouts: the agent held at each evaluation
-        point it passes (one it ends on comes after it) is today's, so those points are taken now."""
+        """Before a unit spending up to `end` rollouts: the points it passes (not one it ends on) now."""
         st, every = self.state, self.cfg.eval.every_rollouts
         due = points_between(st.next_eval_at, every, end, self.budget.limit_rollouts, inclusive=False)
         for at in due:
@@ -300,9 +301,8 @@ class Experiment:
             self._commit(weights_changed=False, boundary=True)
 
     def _evaluate_crossed(self, held: str, trained: bool) -> bool:
-        """After a unit: the evaluation points it reached. One ending past a point changed the agent only
-        when it ended, so that point scores what was held before: the harness `held` (a search unit never
-        trains). Every method is thus evaluated at the same budget fractions."""
+        """After a unit: the points it reached. A unit changes the agent when it ends, so a point it ended
+        past scores the harness `held` before it: every method is evaluated at the same budget fractions."""
         st, b, every = self.state, self.budget, self.cfg.eval.every_rollouts
         due = points_between(st.next_eval_at, every, b.rollouts, b.limit_rollouts, inclusive=True)
         for at in due:
@@ -314,13 +314,10 @@ class Experiment:
     def _evaluate(
         self, label: str, weights_pending: bool = False, harness: str | None = None, at: int | None = None
     ) -> None:
-        """Score the incumbent on val and test. The record names the checkpoint folder holding the weights
-        evaluated (None: the base model; `weights_pending`: they are saved when this unit commits), so
-        every evaluation point is an agent version that `whale export` can rebuild. When neither the weights
-        nor the incumbent changed since the last point, that point is copied (`repeats`): with per-call
-        seeds it would draw the same rollouts again, and without them the same distribution. `harness`
-        (default: the incumbent) and `at` (default: the rollouts spent) name the agent and the budget the
-        point stands for."""
+        """Score the incumbent (or `harness`) on val and test, standing for `at` rollouts. The record names
+        the checkpoint holding the weights (None: the base model; `weights_pending`: saved when this unit
+        commits), so `whale export` can rebuild every point. A point whose weights and harness equal the
+        last one's is copied from it (`repeats`): it would draw the same rollouts again."""
         st, k = self.state, self.cfg.eval.k
         harness_id = harness or st.incumbent
         last = self.dir.points()[-1] if st.eval_points else None
@@ -340,8 +337,7 @@ class Experiment:
     def _copy_eval(
         self, source: RunDir, point: int, label: str, at: int | None = None, **provenance: Any
     ) -> None:
-        """Evaluation point `point` of run `source` as this run's next point: the same rollouts and scores,
-        charged to this run's evaluation cost as a fresh evaluation would be."""
+        """Point `point` of run `source` as this run's next point, charged as a fresh evaluation."""
         st = self.state
         record, rows = copied_point(source, point)
         for split, split_rows in rows.items():
@@ -361,7 +357,11 @@ class Experiment:
         }  # fmt: skip
 
     def _add_point(self, record: dict[str, Any], at: int | None = None) -> None:
-        """`rollouts` is the budget the point stands for; `spent` what had been spent when it was taken."""
+        """`rollouts` is the budget the point stands for; `spent` what had been spent when it was taken;
+        `effects` each side's val effect since the last point (whale/run/cross_eval.py)."""
+        if self.state.eval_points:
+            self.cross.measure(self.dir.points()[-1], record, partial(self._charge, kind="eval"))
+        self.cross.remember(record["weights"])
         b = self.budget
         record.update(rollouts=b.rollouts if at is None else at, spent=b.rollouts, wall_s=round(b.wall_s, 2))
         self.dir.append(EVALS, [record])

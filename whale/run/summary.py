@@ -67,6 +67,7 @@ def run_summary(out: Path) -> dict[str, Any] | None:
     switches = [e for e in run.events() if e["event"] == "phase_switch"]
     return {
         "method": config.get("schedule", {}).get("method"),
+        "k": config.get("eval", {}).get("k"),
         "points": points,
         "before": points[0]["test"],
         "after": points[-1]["test"],

@@ -1,6 +1,10 @@
-"""Which side carried a run's gains: test gain between evaluation points, credited to the side whose
-agent part changed (the weights version or the harness id). Only when both changed is the gain
-apportioned by the budget each spent in between; a side that changed nothing is never credited."""
+"""Which side carried a run's gains, two ways.
+
+Measured: each evaluation point records each side's val effect since the previous point, from the 2x2
+cross-evaluation where both sides changed (whale/run/cross_eval.py); totals are summed per task and
+resampled over tasks, and the verdict rests on the paired interval of weights minus harness.
+Apportioned: the test gain between points, credited to the side whose part of the agent changed, split
+by the budget each spent only when both changed; a side that changed nothing is never credited."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from whale.core.config import ScheduleConfig
+from whale.core.stats import bootstrap_ci
 from whale.run.schedule import HARNESS, WEIGHTS, build_schedule
 
 SEARCH_EVENTS = ("search_iteration", "reeval")
@@ -166,3 +171,116 @@ def bottleneck_verdict(intervals: list[Interval]) -> str:
         f"{more.capitalize()} phases {verb}: {hi:+.4f} test mean per 1,000 rollouts, "
         f"against {lo:+.4f} for {less} phases." + caveat
     )
+
+
+# ---- measured on val: the 2x2 cross-evaluation (whale/run/cross_eval.py) ----------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over val tasks with its 95% percentile-bootstrap interval (tasks resampled)."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.ci_low > 0 or self.ci_high < 0
+
+
+def estimate(per_task: list[float]) -> Estimate:
+    lo, hi = bootstrap_ci(per_task)
+    return Estimate(float(sum(per_task) / len(per_task)), lo, hi)
+
+
+@dataclass(frozen=True)
+class MeasuredInterval:
+    """Each side's val effect between two consecutive evaluation points, measured (not apportioned)."""
+
+    start_point: int
+    end_point: int
+    basis: str
+    weights: Estimate
+    harness: Estimate
+    interaction: Estimate | None  # only where the full 2x2 was scored
+
+
+def interval_effects(points: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+    """The `effects` record of each pair of consecutive points; None where the change was not measured
+    (both sides changed with `eval.cross` off, or a run from before the cross-evaluation)."""
+    out = []
+    for a, b in zip(points, points[1:], strict=False):
+        effects = b.get("effects")
+        out.append(effects if effects and effects["from_point"] == a["point"] else None)
+    return out
+
+
+def measured_intervals(points: list[dict[str, Any]]) -> list[MeasuredInterval | None]:
+    out: list[MeasuredInterval | None] = []
+    for a, effects in zip(points, interval_effects(points), strict=False):
+        if effects is None:
+            out.append(None)
+            continue
+        inter = effects.get("interaction")
+        out.append(
+            MeasuredInterval(
+                a["point"],
+                a["point"] + 1,
+                effects["basis"],
+                estimate(effects["weights"]),
+                estimate(effects["harness"]),
+                estimate(inter) if inter is not None else None,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class MeasuredTotals:
+    """Each side's summed val effect over the measured intervals, per task, then resampled over tasks."""
+
+    weights: Estimate
+    harness: Estimate
+    difference: Estimate  # weights minus harness, paired by task
+    interaction: Estimate
+    measured: int
+    intervals: int
+
+
+def measured_totals(points: list[dict[str, Any]]) -> MeasuredTotals | None:
+    """None when no interval was measured."""
+    effects = interval_effects(points)
+    measured = [e for e in effects if e is not None]
+    if not measured:
+        return None
+    n = len(measured[0]["tasks"])
+    weights = [sum(e["weights"][i] for e in measured) for i in range(n)]
+    harness = [sum(e["harness"][i] for e in measured) for i in range(n)]
+    inter = [sum((e.get("interaction") or [0.0] * n)[i] for e in measured) for i in range(n)]
+    difference = [w - h for w, h in zip(weights, harness, strict=True)]
+    sides = (estimate(weights), estimate(harness), estimate(difference), estimate(inter))
+    return MeasuredTotals(*sides, len(measured), len(effects))
+
+
+def measured_verdict(totals: MeasuredTotals | None, k: int) -> str:
+    """Which side carried the run on val, decided by the paired interval of their difference."""
+    if totals is None:
+        return "No interval was measured (both sides changed and eval.cross was off): see the split below."
+    w, h, d = totals.weights, totals.harness, totals.difference
+    numbers = (
+        f"weights {w.mean:+.3f} [{w.ci_low:+.3f}, {w.ci_high:+.3f}], harness {h.mean:+.3f} "
+        f"[{h.ci_low:+.3f}, {h.ci_high:+.3f}] val mean@{k}; weights minus harness {d.mean:+.3f} "
+        f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]"
+    )
+    if d.excludes_zero:
+        side = "weights" if d.mean > 0 else "harness"
+        verdict = f"The {side} carried the run: {numbers}."
+    else:
+        verdict = f"Inconclusive which side carried the run (the difference's CI covers zero): {numbers}."
+    if totals.measured < totals.intervals:
+        verdict += (
+            f" {totals.intervals - totals.measured} of {totals.intervals} intervals were not measured "
+            "(both sides changed with eval.cross off) and are left out."
+        )
+    return verdict

@@ -14,7 +14,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from whale.domains.base import SPLITS, read_jsonl_rows
+from whale.domains.base import SPLITS
 from whale.domains.data_rows import read_rows
 from whale.domains.searchqa.corpus import (
     DEFAULT_N_DOCS,
@@ -53,24 +53,15 @@ def load_qa_jsonl(
     questions_path: str | Path, corpus_path: str | Path, strict: bool = False
 ) -> tuple[list[Task], list[Document]]:
     """HotpotQA/NQ-style questions ({"question", "answer": str} or {"question", "answers": [str, ...]}) and
-    a corpus ({"id", "title", "text"}), as (tasks, documents). A malformed corpus row fails with its
-    path:line (the index would be wrong without it); a malformed question is skipped by path:line with a
-    summary on stderr (`strict` refuses it), and a question none of whose answers occurs in the corpus is
-    kept with meta["answerable"] False and counted."""
-    documents: list[Document] = []
-    seen_ids: set[str] = set()
-    for lineno, row in read_jsonl_rows(corpus_path):
-        doc_id, title, text = row.get("id"), row.get("title"), row.get("text")
-        if isinstance(doc_id, int) and not isinstance(doc_id, bool):
-            doc_id = str(doc_id)
-        if not isinstance(doc_id, str) or not doc_id:
-            raise ValueError(f"{corpus_path}:{lineno}: expected a string or integer 'id'")
-        if not isinstance(title, str) or not isinstance(text, str) or not (title.strip() or text.strip()):
-            raise ValueError(f"{corpus_path}:{lineno}: expected string 'title' and 'text', not both empty")
-        if doc_id in seen_ids:
-            raise ValueError(f"{corpus_path}:{lineno}: duplicate id {doc_id!r}")
-        seen_ids.add(doc_id)
-        documents.append(Document(doc_id, title, text))
+    a corpus ({"id", "title", "text"}), as (tasks, documents). A malformed row of either file is skipped by
+    path:line with a summary on stderr (`strict` refuses any), and a question none of whose answers occurs
+    in the loaded corpus is kept with meta["answerable"] False and counted."""
+    documents, corpus_skips = load_corpus(corpus_path)
+    corpus_skips.refuse_if_strict(strict, len(documents))
+    if not documents:
+        raise ValueError(f"{corpus_path}: no usable documents ({corpus_skips.summary(0)})")
+    if corpus_skips.lines:
+        corpus_skips.report(f"{corpus_path}: corpus", len(documents))
     corpus_text = " " + " ".join(normalize_answer(f"{d.title} {d.text}") for d in documents) + " "
     tasks: list[Task] = []
     skips = Skips()
@@ -96,6 +87,34 @@ def load_qa_jsonl(
     note = f"; {unanswerable} with no gold answer in the corpus (meta answerable: false)" * bool(unanswerable)
     skips.report(f"{questions_path}: questions", len(tasks), note)
     return tasks, documents
+
+
+def load_corpus(path: str | Path) -> tuple[list[Document], Skips]:
+    """The corpus's documents and the rows skipped: malformed, or repeating an earlier row's id (the
+    first is kept, so a `lookup` by title never depends on which duplicate won)."""
+    documents: list[Document] = []
+    seen_ids: set[str] = set()
+    skips = Skips()
+    for where, row in read_rows(path)[1]:
+        problem = row if isinstance(row, str) else _document_problem(row)
+        doc_id = "" if problem else str(row["id"])
+        if not problem and doc_id in seen_ids:
+            problem = f"duplicate id {doc_id!r}"
+        if problem:
+            skips.add(where, problem)
+            continue
+        seen_ids.add(doc_id)
+        documents.append(Document(doc_id, row["title"], row["text"]))
+    return documents, skips
+
+
+def _document_problem(row: dict[str, Any]) -> str:
+    doc_id, title, text = row.get("id"), row.get("title"), row.get("text")
+    if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or doc_id == "":
+        return "bad id (expected a string or integer 'id')"
+    if not isinstance(title, str) or not isinstance(text, str) or not (title.strip() or text.strip()):
+        return "bad document (expected string 'title' and 'text', not both empty)"
+    return ""
 
 
 def _question_problem(row: dict[str, Any]) -> str:
