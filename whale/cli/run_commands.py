@@ -30,7 +30,6 @@ def run(
 ) -> None:
     """Run a WHALE experiment: alternate RFT weight steps and harness search until the budget is spent."""
     from whale.core.config import load_config
-    from whale.run.experiment import Experiment
 
     if resume is not None:
         from whale.run.rundir import CONFIG, RunDir
@@ -51,6 +50,8 @@ def run(
     console.print(
         f"[bold]whale[/bold] {verb} {cfg.name}: model={cfg.model.name} domain={cfg.domain.label} -> {out_dir}"
     )
+    from whale.run.experiment import Experiment  # torch and transformers: after the config is known good
+
     summary = Experiment(cfg, out_dir, console, resume=resume is not None).run()
     print_summary(summary, out_dir)
     _write_report(out_dir)
