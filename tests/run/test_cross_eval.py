@@ -95,8 +95,8 @@ class Always:
 def run_whale(tmp_path, monkeypatch, cross: str):
     monkeypatch.setattr("whale.search.step.build_acceptance", lambda kind, alpha: Always())
     cfg = load_config("tiny", None, [
-        "schedule.method=whale", "schedule.budget_rollouts=76", "eval.every_rollouts=76", "eval.k=2",
-        "runner.workers=4", "domain.sizes={train: 50, search: 4, val: 5, test: 5}", "proposer.kind=mutation",
+        "schedule.method=whale", "schedule.budget_rollouts=64", "eval.every_rollouts=64", "eval.k=2",
+        "runner.workers=4", "domain.sizes={train: 50, search: 4, val: 4, test: 2}", "proposer.kind=mutation",
         f"eval.cross={cross}",
     ])  # fmt: skip
     out = tmp_path / cross
@@ -123,7 +123,7 @@ def test_a_run_whose_weights_and_harness_both_changed_measures_each_on_the_mixed
     new_weights, new_harness = (run.eval_rows(end["point"], name) for name in (NEW_WEIGHTS, NEW_HARNESS))
     served = [{(r["weights_version"], r["harness_id"]) for r in rows} for rows in (new_weights, new_harness)]
     assert served == [{(end["weights"], start["harness"])}, {(start["weights"], end["harness"])}]
-    assert len(new_weights) == len(new_harness) == 5 * cfg.eval.k
+    assert len(new_weights) == len(new_harness) == 4 * cfg.eval.k
     corners = {NEW_WEIGHTS: val_means(new_weights), NEW_HARNESS: val_means(new_harness)}
     old, new = val_means(run.eval_rows(0, "val")), val_means(run.eval_rows(end["point"], "val"))
     effects = end["effects"]
@@ -132,8 +132,8 @@ def test_a_run_whose_weights_and_harness_both_changed_measures_each_on_the_mixed
         inter = new[task] - corners[NEW_WEIGHTS][task] - corners[NEW_HARNESS][task] + old[task]
         assert effects["interaction"][i] == pytest.approx(inter)
     state = read_json(out / "state.json")
-    points_rollouts = sum(2 * 5 * cfg.eval.k for _ in points)
-    assert state["budget"]["eval_rollouts"] == points_rollouts + 2 * 5 * cfg.eval.k  # corners cost evaluation
+    points_rollouts = sum((4 + 2) * cfg.eval.k for _ in points)
+    assert state["budget"]["eval_rollouts"] == points_rollouts + 2 * 4 * cfg.eval.k  # corners cost evaluation
 
 
 def test_the_cross_evaluation_changes_nothing_else_in_the_run(two_runs):

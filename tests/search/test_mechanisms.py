@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from whale.core.config import DomainConfig
+from whale.core.config import DomainConfig, ScheduleConfig
 from whale.domains.registry import build_domain
 from whale.harness import validate
 from whale.harness.calls import RolloutJob, RunnerLimits
@@ -16,6 +16,7 @@ from whale.harness.records import HarnessCandidate
 from whale.harness.runner import RolloutRunner
 from whale.harness.task import Task, ToolError
 from whale.model.engine import SamplingParams
+from whale.run.schedule import HARNESS, build_schedule, method_rules
 from whale.search.archive import Archive
 from whale.search.mechanisms import MECHANISMS, Context, apply, variants, votes
 from whale.search.program import ProgramProposer, bootstrap_demos, ranked_mechanisms
@@ -173,6 +174,28 @@ def test_the_proposer_tries_the_remedy_of_the_most_frequent_failure_first(tmp_pa
     proposal = ProgramProposer({}, 0, domain.tasks[0].inputs).propose(request)
     assert proposal.candidates[0].hypothesis == "snap (outside candidates 4)"
     assert len(proposal.candidates) == 2 and all(not validate.problems(c.source) for c in proposal.candidates)
+
+
+def test_the_harness_random_control_picks_mechanisms_without_the_diagnosis(tmp_path, choice_runner):
+    """`schedule.method=harness-random`: the same proposer, the same mechanisms, the order drawn at random,
+    so a run against harness-only measures what the diagnosis adds."""
+    runner, domain = choice_runner
+    archive = Archive(tmp_path / "search")
+    seed = HarnessCandidate("c0000", CHOICE_SEED, None, "seed", "seed")
+    archive.add(seed, status="seed")
+    ev, _ = evaluate_candidate(runner, archive, seed, domain.tasks, 1)
+    counter = iter(range(1, 1000))
+    request = ProposalRequest(archive, [seed], 1, lambda: f"c{next(counter):04d}", ev.weights_version, "", 0)
+    inputs = domain.tasks[0].inputs
+    firsts = [ProgramProposer({}, s, inputs, random_order=True).propose(request) for s in range(12)]
+    picked = {p.candidates[0].hypothesis for p in firsts}
+    assert len(picked) >= 3 and all(h.endswith("(untried)") for h in picked)  # no failure counts behind them
+    diagnosed = {ProgramProposer({}, s, inputs).propose(request).candidates[0].hypothesis for s in range(12)}
+    assert diagnosed == {"snap (outside candidates 4)"}
+    rules = method_rules("harness-random")
+    assert rules.random_mechanisms and not rules.trains and rules.ends_with_proposer
+    assert not method_rules("harness-only").random_mechanisms
+    assert build_schedule(ScheduleConfig(method="harness-random")).initial().kind == HARNESS
 
 
 def test_demonstrations_come_only_from_passing_search_rollouts_under_the_current_weights(

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 # schedule.method; each one's rule is in whale.run.schedule
 METHODS = (
     "whale", "whale-adaptive", "weight-only", "harness-only", "stagewise", "stagewise-harness-first",
-    "fast-slow",
+    "fast-slow", "harness-random",
 )  # fmt: skip
 
 PRESETS = Path(__file__).parents[1] / "presets"

@@ -58,10 +58,12 @@ def build_proposer(
         from whale.search.agent_proposer import AgentProposer
 
         return ShownProposer(AgentProposer(p, usage), console)
-    prompts_only = method_rules(cfg.schedule.method).prompts_only
+    rules = method_rules(cfg.schedule.method)
+    prompts_only = rules.prompts_only
     if p.kind == "program" and not prompts_only:  # fast-slow edits prompt text only: the knob mutator
         tools = tool_specs(domain.toolbox(task), domain.brief)
-        return ProgramProposer(domain.knob_pool(), cfg.seed * 7919 + iteration, task.inputs, tools)
+        seed = cfg.seed * 7919 + iteration
+        return ProgramProposer(domain.knob_pool(), seed, task.inputs, tools, rules.random_mechanisms)
     return MutationProposer(
         domain.knob_pool(),
         seed=cfg.seed * 7919 + iteration,

@@ -202,11 +202,13 @@ class MethodRules:
     population: bool = False  # fast-slow: the harness phase evolves a population, the best one evaluated
     prompts_only: bool = False  # fast-slow: proposals may change prompt text only
     ends_with_proposer: bool = False  # harness-only: once the proposer's budget is spent, the run ends
+    random_mechanisms: bool = False  # harness-random: the program proposer ignores the failure diagnosis
 
 
 def method_rules(method: str) -> MethodRules:
-    if method == "harness-only":
-        return MethodRules(trains=False, ends_with_proposer=True)
+    if method in ("harness-only", "harness-random"):
+        random_mechanisms = method == "harness-random"
+        return MethodRules(trains=False, ends_with_proposer=True, random_mechanisms=random_mechanisms)
     if method == "fast-slow":
         return MethodRules(population=True, prompts_only=True)
     return MethodRules()
@@ -237,7 +239,7 @@ def build_schedule(cfg: Any, train_tasks: int = 0, tasks_per_step: int = 1) -> S
         )
     if method == "weight-only":
         return SinglePhase(WEIGHTS)
-    if method == "harness-only":
+    if method in ("harness-only", "harness-random"):  # harness-random: the control of issue 32
         return SinglePhase(HARNESS)
     if method == "stagewise":
         return Stagewise(WEIGHTS, cfg.stage_split)
