@@ -107,3 +107,18 @@ def test_a_point_a_search_unit_runs_past_scores_the_harness_held_before_it(tmp_p
         ran_past += unit["rollouts"] > p["rollouts"]
     assert ran_past and points[-1]["harness"] == state["incumbent"]
     assert events[-1]["reason"].startswith("budget spent")
+
+
+def test_a_whale_gain_run_probes_the_weights_then_the_harness_and_logs_why(tmp_path):
+    cfg = load_config("tiny", None, [
+        "schedule.method=whale-gain", "schedule.budget_rollouts=60", "eval.every_rollouts=60", "eval.k=1",
+        "runner.workers=4", "domain.sizes={train: 50, search: 4, val: 2, test: 2}",
+    ])  # fmt: skip
+    Experiment(cfg, tmp_path / "run", Console(file=io.StringIO())).run()
+    events = read_jsonl(tmp_path / "run" / "events.jsonl")
+    switches = [e for e in events if e["event"] == "phase_switch"]
+    assert switches and (switches[0]["from"], switches[0]["to"]) == ("weights", "harness")
+    assert switches[0]["signals"]["why"] == "probe: harness not measured yet"
+    assert switches[0]["signals"]["gains"]["weights"]  # the weight phase's gain per rollout, recorded
+    kinds = [e["event"] for e in events]
+    assert "search_iteration" in kinds and "weight_step" in kinds and kinds[-1] == "end"

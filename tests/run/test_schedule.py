@@ -1,10 +1,11 @@
 """Each schedule's phase sequence on a scripted signal."""
 
 import json
+import random
 
 import pytest
 
-from whale.core.config import load_config
+from whale.core.config import ScheduleConfig, load_config
 from whale.run.schedule import (
     HARNESS,
     METHODS,
@@ -130,7 +131,7 @@ def test_adaptive_harness_phase_counts_iterations_without_acceptance():
 def test_every_method_is_buildable_from_config(method):
     cfg = load_config("tiny", overrides=[f"schedule.method={method}"])
     schedule = build_schedule(cfg.schedule)
-    expected = HARNESS if method in ("harness-only", "stagewise-harness-first") else WEIGHTS
+    expected = HARNESS if method in ("harness-only", "harness-random", "stagewise-harness-first") else WEIGHTS
     assert schedule.initial().kind == expected
 
 
@@ -172,3 +173,62 @@ def test_the_config_refuses_phase_maximums_that_leave_patience_no_room():
     with pytest.raises(ValueError, match="never ends a phase before its maximum"):
         load_config("tiny", overrides=["schedule.adaptive.max_weight_steps=3"])
     assert load_config("tiny", overrides=["schedule.adaptive.max_weight_steps=4"]).schedule.adaptive
+
+
+# ---- whale-gain -------------------------------------------------------------------------------------------
+
+
+def simulate_gain_schedule(harness_edge: float, seed: int, phases: int = 30) -> list[str]:
+    """whale-gain in a simulated world: a weight step raises the train reward by 0.01, a search iteration
+    accepts a gain of 0.01 + `harness_edge` (both with noise), each unit costs 16 rollouts. The kind of
+    every phase."""
+    schedule = build_schedule(ScheduleConfig(method="whale-gain"), seed=seed)
+    state, rollouts, reward, score, noise = schedule.initial(), 0, 0.2, 0.2, random.Random(seed)
+    kinds = [state.kind]
+    while len(kinds) < phases:
+        rollouts += 16
+        if state.kind == WEIGHTS:
+            reward += 0.01 + noise.gauss(0, 0.004)
+            report = UnitReport(WEIGHTS, reward, rollouts=rollouts)
+        else:
+            gain = max(0.0, 0.01 + harness_edge + noise.gauss(0, 0.004))
+            report = UnitReport(HARNESS, score + gain, gain > 0, rollouts, before=score)
+            score += gain
+        decision = schedule.advance(state, report)
+        state = ScheduleState(**json.loads(json.dumps(decision.state.to_json())))  # survives a resume
+        if decision.switched:
+            kinds.append(state.kind)
+            assert decision.signals["why"].startswith(("probe", "explore", "gain"))
+    return kinds
+
+
+def longest_streak(kinds: list[str]) -> int:
+    best = run = 0
+    for i, kind in enumerate(kinds):
+        run = run + 1 if i and kinds[i - 1] == kind else 1
+        best = max(best, run)
+    return best
+
+
+def test_whale_gain_probes_each_side_then_favours_the_larger_gain_more_as_the_gap_grows_and_explores():
+    shares = []
+    for edge in (-0.006, 0.0, 0.006, 0.03):
+        runs = [simulate_gain_schedule(edge, seed) for seed in range(20)]
+        assert all(kinds[:2] == [WEIGHTS, HARNESS] for kinds in runs)  # the probes
+        chosen = [kinds[2:] for kinds in runs]
+        shares.append(sum(k.count(HARNESS) for k in chosen) / sum(len(k) for k in chosen))
+        assert all(longest_streak(kinds) <= 4 for kinds in runs)  # explore_every: the other side runs
+    assert shares == sorted(shares) and shares[0] < 0.5 < shares[-1], shares
+    assert shares[-1] < 1.0  # a side far behind still runs now and then
+
+
+def test_whale_gain_records_the_numbers_behind_each_choice():
+    schedule = build_schedule(ScheduleConfig(method="whale-gain"), seed=3)
+    gains = {WEIGHTS: [0.002, 0.001], HARNESS: [0.0005]}
+    kind, signals = schedule.choose(gains, [WEIGHTS, HARNESS, WEIGHTS], phase=4)
+    assert kind in (WEIGHTS, HARNESS) and set(signals) == {"why", "gains", "means", "draws"}
+    assert signals["means"][WEIGHTS] == pytest.approx(0.0015) and json.dumps(signals)
+    assert schedule.choose(gains, [WEIGHTS, HARNESS, WEIGHTS], phase=4) == (kind, signals)  # seeded
+    assert schedule.choose({WEIGHTS: [0.1]}, [WEIGHTS], 1)[0] == HARNESS  # the probe of the unmeasured side
+    forced, why = schedule.choose(gains, [WEIGHTS] * 4, 5)
+    assert forced == HARNESS and why["why"].startswith("explore")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 # schedule.method; each one's rule is in whale.run.schedule
 METHODS = (
     "whale", "whale-adaptive", "weight-only", "harness-only", "stagewise", "stagewise-harness-first",
-    "fast-slow", "harness-random",
+    "fast-slow", "harness-random", "whale-gain",
 )  # fmt: skip
 
 PRESETS = Path(__file__).parents[1] / "presets"
@@ -152,6 +152,8 @@ class AdaptiveConfig(Section):
     max_weight_steps: int = Field(12, ge=1)
     min_search_iters: int = Field(1, ge=1)
     max_search_iters: int = Field(6, ge=1)
+    gain_window: int = Field(3, ge=1)  # whale-gain: each side's recent phase gains its draw is centred on
+    explore_every: int = Field(4, ge=2)  # whale-gain: a side left out this many phases runs next
 
     @model_validator(mode="after")
     def _ordered(self) -> AdaptiveConfig:
@@ -227,6 +229,7 @@ class DomainConfig(Section):
     sizes: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_SIZES))
     options: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the domain's constructor
     harness: str | None = None  # path to a seed harness file; default: the domain's own
+    minimal_seed: bool = False  # a control: the built-in domain's shortest harness as the seed
     file: str | None = None  # a user's domain in one Python file defining make_domain(seed, sizes, **options)
 
     @model_validator(mode="before")

@@ -20,6 +20,16 @@ BUILTIN = {
     "qa": "whale.domains.qa:QADomain",  # a user's own file: domain.options.path
 }
 
+# The control of issue 32: the shortest harness that answers in each built-in domain's format.
+MINIMAL_SEEDS = {"math": "math", "chess": "chess", "searchqa": "searchqa", "reasoning-gym": "gym", "qa": "qa"}
+
+
+def minimal_seed(name: str) -> str:
+    """The built-in domain's minimal harness (whale/domains/harnesses/<name>_minimal.py)."""
+    if name not in MINIMAL_SEEDS:
+        raise ConfigError(f"domain.minimal_seed: only built-in domains have one ({', '.join(MINIMAL_SEEDS)})")
+    return (Path(__file__).parent / "harnesses" / f"{MINIMAL_SEEDS[name]}_minimal.py").read_text("utf-8")
+
 
 def available() -> dict[str, str]:
     """Domain name -> 'module:attribute' for every domain this installation can build."""

@@ -65,6 +65,7 @@ class UnitDone:
     improved: bool = False
     samples: int = 0
     cut: bool = False  # the budget ended inside the unit: the run stops after it
+    before: float | None = None  # a search unit: the incumbent's score before it (whale-gain's baseline)
 
 
 class Experiment:
@@ -90,7 +91,8 @@ class Experiment:
         self.domain = build_domain(cfg.domain)
         self.splits = self.domain.splits()
         seed = None if resume else seed_candidate(cfg, self.domain)
-        self.schedule = build_schedule(cfg.schedule, len(self.splits["train"]), cfg.rft.tasks_per_step)
+        train_tasks = len(self.splits["train"])
+        self.schedule = build_schedule(cfg.schedule, train_tasks, cfg.rft.tasks_per_step, cfg.seed)
         self.trainer, tokenizer = build_trainer(cfg)
         engine_cfg, self.engine_dtype = resolve_engine_dtype(cfg, self.trainer.model, tokenizer)
         self.runner = build_executor(engine_cfg, self.trainer.model, tokenizer, self.domain, self.trainer)
@@ -141,7 +143,7 @@ class Experiment:
             st.unit += 1
             b = self.budget
             report = UnitReport(
-                sched.kind, unit.value, unit.improved, b.rollouts, b.limit_rollouts, unit.samples
+                sched.kind, unit.value, unit.improved, b.rollouts, b.limit_rollouts, unit.samples, unit.before
             )
             decision = self.schedule.advance(sched, report)
             st.schedule = decision.state.to_json()
@@ -203,8 +205,7 @@ class Experiment:
         return UnitDone(result.train_reward, samples=total)
 
     def _search_unit(self) -> UnitDone | None:
-        """One harness-search iteration; the incumbent's search score and whether it changed. None when the
-        budget left cannot re-score the incumbent."""
+        """One search iteration: the incumbent's score, whether it changed (None: no budget to re-score)."""
         st, tasks = self.state, self.splits["search"]
         incumbent = self.archive.load(st.incumbent)
         ev = self._current_eval(st.incumbent, st.incumbent_eval)
@@ -227,7 +228,7 @@ class Experiment:
         self._event(events.search_event(result, st.search_iters, st.incumbent, score, result.accepted))
         verdict = "accepted" if result.accepted else "kept incumbent"
         self.console.print(f"  search iteration {st.search_iters}: {verdict} — {result.reason}")
-        return UnitDone(score, result.accepted, cut=result.cut)
+        return UnitDone(score, result.accepted, cut=result.cut, before=ev.mean)
 
     def _population_unit(self) -> UnitDone | None:
         """fast-slow: re-score the population under the current weights and add prompt-text children; the
@@ -259,8 +260,7 @@ class Experiment:
         return UnitDone(best.mean, changed, cut=result.cut)
 
     def _current_eval(self, candidate_id: str, known: dict[str, Any] | None) -> CandidateEval | None:
-        """The candidate's search-split score under the current weights; re-scored (and charged) if stale.
-        None when the budget left cannot pay for that."""
+        """The candidate's search score under today's weights, re-scored if stale (None: no budget)."""
         ev = CandidateEval(**known) if known else None
         if ev is not None and ev.weights_version == self.runner.weights_version:
             return ev

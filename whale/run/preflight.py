@@ -8,6 +8,7 @@ from typing import Any
 
 from whale.core.config import Config, ConfigError
 from whale.domains.base import Domain
+from whale.domains.registry import minimal_seed
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate
 from whale.run.schedule import method_rules
@@ -15,9 +16,14 @@ from whale.search.proposer import ProposerUsage
 
 
 def seed_candidate(cfg: Config, domain: Domain) -> HarnessCandidate:
-    """c0000: `domain.harness` if set, else the domain's own seed, checked against the contract."""
+    """c0000: `domain.harness` if set, the domain's minimal harness with `domain.minimal_seed`, else its
+    own seed, checked against the contract."""
     path = cfg.domain.harness
-    if path:
+    if path and cfg.domain.minimal_seed:
+        raise ConfigError("domain.harness and domain.minimal_seed: set one, not both")
+    if cfg.domain.minimal_seed:
+        source = minimal_seed(cfg.domain.name)
+    elif path:
         if not Path(path).is_file():
             raise ConfigError(f"domain.harness: file not found: {path}")
         source = Path(path).read_text()

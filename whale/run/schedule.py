@@ -12,12 +12,17 @@ State is plain JSON so a resumed run continues the same phase with the same pati
     stagewise-harness-first  the reverse
     fast-slow                a population of harnesses evolved by prompt text (fast), weights sampled
                              under it (slow), alternating with fixed lengths as in `whale`
+    whale-gain               phases end as in whale-adaptive; the next goes to the side whose recent
+                             gain per rollout is larger, by Thompson sampling (after one probe of each)
+    harness-random           harness-only with the program proposer's mechanisms in random order
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+import random
+import statistics
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from whale.core.config import METHODS
@@ -37,6 +42,12 @@ class ScheduleState:
     values: list[float] = field(default_factory=list)  # this phase's signal, one value per unit
     best: float | None = None  # best smoothed signal so far in this phase
     stale: int = 0  # units since the signal last improved by more than its noise
+    # whale-gain only: where this phase started, its signal before its first unit, each side's phase gains
+    # per budget rollout (oldest first) and the kinds of the phases run so far
+    start_rollouts: int = 0
+    baseline: float | None = None
+    gains: dict[str, list[float]] = field(default_factory=dict)
+    ran: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +63,7 @@ class UnitReport:
     rollouts: int = 0  # budget spent so far, all phases
     limit: int = 0  # the budget
     samples: int = 0  # weights: the rollouts behind `value` (its binomial noise); 0 when not known
+    before: float | None = None  # harness: the incumbent's search score before the unit
 
 
 @dataclass(frozen=True)
@@ -194,6 +206,70 @@ class AdaptiveAlternation:
         return Decision(nxt, False, "", signals)
 
 
+def phase_gain(state: ScheduleState, report: UnitReport) -> float:
+    """The ending phase's gain per budget rollout. Weights: the train reward of its last step over its
+    first's; a step's reward is drawn before its update, so n steps show n - 1 updates and are charged
+    for those. Harness: the incumbent's search score at its end over the score it started from (the sum
+    of its accepted gains)."""
+    values, spent = [*state.values, report.value], max(1, report.rollouts - state.start_rollouts)
+    if state.kind == WEIGHTS:
+        shown = len(values) - 1
+        return (values[-1] - values[0]) / (spent * shown / len(values)) if shown else 0.0
+    start = state.baseline if state.baseline is not None else values[0]
+    return (values[-1] - start) / spent
+
+
+@dataclass(frozen=True)
+class GainDriven:
+    """whale-gain: a phase ends as in whale-adaptive (patience, within min and max units). The first two
+    phases probe each side (weights, then harness); after them each phase goes to the side whose gain
+    per budget rollout, drawn from a normal around the mean of its last `window` phase gains (Thompson
+    sampling), is larger. A side left out for `explore_every` phases runs next whatever its draw."""
+
+    phases: AdaptiveAlternation
+    window: int = 3
+    explore_every: int = 4
+    seed: int = 0
+
+    def initial(self) -> ScheduleState:
+        return ScheduleState(kind=WEIGHTS)
+
+    def advance(self, state: ScheduleState, report: UnitReport) -> Decision:
+        if state.done_in_phase == 0 and state.baseline is None:
+            state = replace(state, baseline=report.before)
+        inner = self.phases.advance(state, report)
+        if not inner.switched:
+            return inner
+        gains = {k: list(v) for k, v in state.gains.items()}
+        gains.setdefault(state.kind, []).append(phase_gain(state, report))
+        ran = [*state.ran, state.kind]
+        kind, signals = self.choose(gains, ran, state.phase)
+        signals.update(ended=inner.reason, **inner.signals)
+        nxt = ScheduleState(kind, state.phase + 1, start_rollouts=report.rollouts, gains=gains, ran=ran)
+        return Decision(nxt, True, signals["why"], signals)
+
+    def choose(self, gains: dict[str, list[float]], ran: list[str], phase: int) -> tuple[str, dict[str, Any]]:
+        """The next phase's side and the numbers behind the choice."""
+        untried = [k for k in (WEIGHTS, HARNESS) if not gains.get(k)]
+        if untried:
+            return untried[0], {"why": f"probe: {untried[0]} not measured yet", "gains": gains}
+        for k in (WEIGHTS, HARNESS):
+            if k not in ran[-self.explore_every :]:
+                return k, {"why": f"explore: {k} not run in {self.explore_every} phases", "gains": gains}
+        recent = {k: gains[k][-self.window :] for k in (WEIGHTS, HARNESS)}
+        spread = [abs(g) for v in recent.values() for g in v] or [0.0]
+        fallback = max(max(spread), 1e-6)  # the scale of a side measured once: the run's gains so far
+        rng = random.Random(self.seed * 1_000_003 + phase)
+        draws, means = {}, {}
+        for k, values in recent.items():
+            means[k] = sum(values) / len(values)
+            sd = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else fallback
+            draws[k] = rng.gauss(means[k], max(sd, 1e-9))
+        kind = max(draws, key=lambda k: (draws[k], k == WEIGHTS))
+        why = f"gain: {kind} drew {draws[kind]:+.2e} per rollout against {draws[other(kind)]:+.2e}"
+        return kind, {"why": why, "gains": gains, "means": means, "draws": draws}
+
+
 @dataclass(frozen=True)
 class MethodRules:
     """What a method changes beyond its phase rule; the experiment asks these instead of method names."""
@@ -222,9 +298,9 @@ def weight_phase_steps(cfg: Any, train_tasks: int, tasks_per_step: int) -> int:
     return max(1, math.ceil(cfg.weight_epochs * train_tasks / tasks_per_step - 1e-9))
 
 
-def build_schedule(cfg: Any, train_tasks: int = 0, tasks_per_step: int = 1) -> Schedule:
+def build_schedule(cfg: Any, train_tasks: int = 0, tasks_per_step: int = 1, seed: int = 0) -> Schedule:
     """The schedule named by `cfg.method` (a ScheduleConfig); the train split's size and the tasks per
-    RFT step turn `weight_epochs` into steps."""
+    RFT step turn `weight_epochs` into steps; `seed` (the run's) seeds whale-gain's draws."""
     method = cfg.method
     if method in ("whale", "fast-slow"):
         steps = weight_phase_steps(cfg, train_tasks, tasks_per_step)
@@ -237,6 +313,14 @@ def build_schedule(cfg: Any, train_tasks: int = 0, tasks_per_step: int = 1) -> S
             a.window,
             cfg.start,
         )
+    if method == "whale-gain":
+        a = cfg.adaptive
+        phases = AdaptiveAlternation(
+            Patience(a.patience, a.min_weight_steps, a.max_weight_steps),
+            Patience(a.patience, a.min_search_iters, a.max_search_iters),
+            a.window,
+        )
+        return GainDriven(phases, a.gain_window, a.explore_every, seed)
     if method == "weight-only":
         return SinglePhase(WEIGHTS)
     if method in ("harness-only", "harness-random"):  # harness-random: the control of issue 32
