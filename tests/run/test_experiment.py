@@ -11,6 +11,7 @@ from whale.core.config import load_config
 from whale.core.files import read_json, read_jsonl
 from whale.core.provenance import code_version
 from whale.harness.records import HarnessCandidate
+from whale.report.write import write_report
 from whale.run.experiment import Experiment
 from whale.run.proposing import EMPTY_SEARCHES
 from whale.search.acceptance import Trial, Verdict, evaluate_all
@@ -122,3 +123,6 @@ def test_a_whale_gain_run_probes_the_weights_then_the_harness_and_logs_why(tmp_p
     assert switches[0]["signals"]["gains"]["weights"]  # the weight phase's gain per rollout, recorded
     kinds = [e["event"] for e in events]
     assert "search_iteration" in kinds and "weight_step" in kinds and kinds[-1] == "end"
+    page = write_report(tmp_path / "run").read_text()
+    phases = page[page.index('id="phases"') :]
+    assert "weights \u2192 harness" in phases and "probe: harness not measured yet" in phases

@@ -14,6 +14,7 @@ computes its headline numbers in memory instead of writing summary.json.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -297,6 +298,26 @@ def section_points(run: RunFiles) -> str:
     return section_html("points", "Evaluation points", table_html(head, rows, {0, 5, 6, 7, 8, 9, 10}))
 
 
+def section_phases(run: RunFiles) -> str:
+    """Every phase switch, the schedule's reason and the numbers it decided on (whale-gain's draws)."""
+    title = "Phase switches"
+    switches = [e for e in run.events if e.get("event") == "phase_switch"]
+    if not switches:
+        return section_html("phases", title, none_html("none: one phase for the whole run"))
+    rows = [
+        [
+            str(e.get("rollouts", "")),
+            f"{e.get('from', '?')} \u2192 {e.get('to', '?')}",
+            str(e.get("length", "")),
+            str(e.get("reason", "")),
+            json.dumps(e.get("signals") or {}, sort_keys=True)[:400],
+        ]
+        for e in switches
+    ]
+    head = ["rollouts", "switch", "units in the phase", "reason", "signals"]
+    return section_html("phases", title, table_html(head, rows, {0, 2}))
+
+
 def run_report(path: Path) -> str:
     run = load_run(path)
     method = run.config.get("schedule", {}).get("method", "run")
@@ -310,6 +331,7 @@ def run_report(path: Path) -> str:
         section_lineage(run),
         section_diff(run),
         section_bottleneck(run),
+        section_phases(run),
         section_points(run),
         section_accepted(run),
         section_tasks(run),
@@ -317,9 +339,3 @@ def run_report(path: Path) -> str:
         section_config(run),
     ]
     return page(title, sections)
-
-
-# ---- comparison report ---------------------------------------------------------------------------------
-
-
-# ---- entry point ---------------------------------------------------------------------------------------
