@@ -8,7 +8,7 @@ from whale.core.config import METHODS
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.studies.bottleneck import start_kind
 
-FIRST = {"harness-only": HARNESS, "stagewise-harness-first": HARNESS}
+FIRST = {"harness-only": HARNESS, "harness-random": HARNESS, "stagewise-harness-first": HARNESS}
 
 
 @pytest.mark.parametrize("method", METHODS)
