@@ -64,8 +64,7 @@ def sample_next(
     if not shared:  # every row has its own generator: no copy of the rows
         return inverse_cdf_draw(probs, row_gens)
     out = torch.empty(len(probs), dtype=torch.long)
-    if shared:
-        out[shared] = torch.multinomial(probs[shared], 1, generator=gen).squeeze(-1)
+    out[shared] = torch.multinomial(probs[shared], 1, generator=gen).squeeze(-1)
     own = [pos for pos, g in enumerate(row_gens) if g is not None]
     if own:
         out[own] = inverse_cdf_draw(probs[own], [row_gens[pos] for pos in own])

@@ -50,8 +50,9 @@ def measured_html(run: RunFiles, intervals: list[Interval], k: int) -> str:
         "before. When only one side changed, the change is that side's effect. When both did, the two mixed "
         "agents are scored on val too (new weights with the old harness, old weights with the new harness: "
         "<code>eval.cross</code>, on by default when they cost at most one evaluation), each side's effect "
-        "is the mean of its two one-side changes and the interaction is the rest. The same tasks and sample "
-        "seeds run in every corner, so the effects are paired; intervals resample val tasks.</p>"
+        "is the mean of its two one-side changes, so the two add up to the change, and the interaction "
+        "(what the pair gained beyond the two alone) is shared equally between them. The same tasks and "
+        "sample seeds run in every corner, so the effects are paired; intervals resample val tasks.</p>"
     )
     head = ["points", "basis", "weights effect", "harness effect", "interaction"]
     verdict = esc(measured_verdict(totals, k))

@@ -24,7 +24,6 @@ from whale.run.rundir import RunDir
 
 NEW_WEIGHTS = "val_new_weights_old_harness"  # (w1, h0): the eval file of the corner, per point
 NEW_HARNESS = "val_old_weights_new_harness"  # (w0, h1)
-CORNERS = (NEW_WEIGHTS, NEW_HARNESS)
 
 
 def cross_on(mode: str, sizes: dict[str, int]) -> bool:
@@ -125,12 +124,13 @@ class CrossEvaluator:
     def measure(self, last: dict[str, Any], record: dict[str, Any], charge: Callable[[list[Rollout]], None]):
         """Sets `record["effects"]` (val rows of both points are on disk); corner rollouts are written
         beside the point's own and charged as evaluation."""
-        corners = self.corners(last, record)
-        for name, rollouts in corners.items():
-            self.run.write_eval_rows(record["point"], name, [r.to_json() for r in rollouts])
+        means = {}
+        for name, rollouts in self.corners(last, record).items():
+            rows = [r.to_json() for r in rollouts]
+            self.run.write_eval_rows(record["point"], name, rows)
             charge(rollouts)
+            means[name] = val_means(rows)
         old, new = (val_means(self.run.eval_rows(p, "val")) for p in (last["point"], record["point"]))
-        means = {name: val_means([r.to_json() for r in rs]) for name, rs in corners.items()}
         effects = measured_effects(last, record, old, new, means)
         if effects is not None:
             record["effects"] = effects.to_json()

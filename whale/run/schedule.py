@@ -298,6 +298,16 @@ def weight_phase_steps(cfg: Any, train_tasks: int, tasks_per_step: int) -> int:
     return max(1, math.ceil(cfg.weight_epochs * train_tasks / tasks_per_step - 1e-9))
 
 
+def adaptive_phases(a: Any, start: str) -> AdaptiveAlternation:
+    """whale-adaptive's phase rule from `schedule.adaptive` (whale-gain ends its phases by it too)."""
+    return AdaptiveAlternation(
+        Patience(a.patience, a.min_weight_steps, a.max_weight_steps),
+        Patience(a.patience, a.min_search_iters, a.max_search_iters),
+        a.window,
+        start,
+    )
+
+
 def build_schedule(cfg: Any, train_tasks: int = 0, tasks_per_step: int = 1, seed: int = 0) -> Schedule:
     """The schedule named by `cfg.method` (a ScheduleConfig); the train split's size and the tasks per
     RFT step turn `weight_epochs` into steps; `seed` (the run's) seeds whale-gain's draws."""
@@ -306,21 +316,10 @@ def build_schedule(cfg: Any, train_tasks: int = 0, tasks_per_step: int = 1, seed
         steps = weight_phase_steps(cfg, train_tasks, tasks_per_step)
         return FixedAlternation(steps, cfg.search_iters, cfg.start)
     if method == "whale-adaptive":
-        a = cfg.adaptive
-        return AdaptiveAlternation(
-            Patience(a.patience, a.min_weight_steps, a.max_weight_steps),
-            Patience(a.patience, a.min_search_iters, a.max_search_iters),
-            a.window,
-            cfg.start,
-        )
+        return adaptive_phases(cfg.adaptive, cfg.start)
     if method == "whale-gain":
         a = cfg.adaptive
-        phases = AdaptiveAlternation(
-            Patience(a.patience, a.min_weight_steps, a.max_weight_steps),
-            Patience(a.patience, a.min_search_iters, a.max_search_iters),
-            a.window,
-        )
-        return GainDriven(phases, a.gain_window, a.explore_every, seed)
+        return GainDriven(adaptive_phases(a, WEIGHTS), a.gain_window, a.explore_every, seed)
     if method == "weight-only":
         return SinglePhase(WEIGHTS)
     if method in ("harness-only", "harness-random"):  # harness-random: the control of issue 32
