@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 # schedule.method; each one's rule is in whale.run.schedule
 METHODS = (
     "whale", "whale-adaptive", "weight-only", "harness-only", "stagewise", "stagewise-harness-first",
-    "fast-slow", "harness-random", "whale-gain",
+    "fast-slow", "harness-random", "harness-resample", "whale-gain",
 )  # fmt: skip
 
 PRESETS = Path(__file__).parents[1] / "presets"
@@ -98,6 +98,12 @@ class WeightsConfig(Section):
     grpo_std_normalize: bool = True  # divide a task's advantages by its rewards' standard deviation
     kl_coef: float = Field(0.0, ge=0.0)  # grpo: per-token KL penalty to the phase-start weights
     drop_uniform_groups: bool = False  # skip tasks whose k rollouts all pass or all fail
+    # tasks whose k rollouts all fail are run again under up to rescue_harnesses other harnesses,
+    # rescue_k rollouts each (charged to the budget); what passes trains as sampled (on_policy) or under
+    # the incumbent's prompt (distill). docs/weights.md
+    rescue: Literal["off", "on_policy", "distill"] = "off"
+    rescue_harnesses: int = Field(2, ge=1)
+    rescue_k: int = Field(4, ge=1)
     # log the KL to the phase-start weights even where the loss does not need them (RFT; GRPO without a
     # penalty): one extra no-grad pass over each step's examples
     log_kl: bool = False
@@ -121,6 +127,16 @@ class WeightsConfig(Section):
     def _fsdp_trains_rft(self) -> WeightsConfig:
         if self.parallel == "fsdp" and (self.algorithm != "rft" or self.log_kl or self.kl_coef > 0):
             raise ValueError("parallel=fsdp trains algorithm=rft without a reference (no log_kl, kl_coef 0)")
+        return self
+
+    @model_validator(mode="after")
+    def _distill_trains_rft(self) -> WeightsConfig:
+        if self.rescue == "distill" and self.algorithm != "rft":
+            raise ValueError(
+                "rescue=distill is built for algorithm=rft: GRPO's ratio needs a sampling log-prob that the"
+                " distilled reply never had under the incumbent's prompt, and a DPO version (the reply paired"
+                " with the incumbent's failing one) is not built; use rescue=on_policy"
+            )
         return self
 
 

@@ -52,8 +52,9 @@ def call_seed(seed: int, job: RolloutJob, call_index: int) -> int:
     """The seed of one model call, whatever else shares its batch: a function of the run seed, the
     job's task, sample and salt, and the call's index within the rollout. The harness id is left out
     on purpose: candidates run on the same task and sample share random numbers (common random
-    numbers), so paired comparisons between them have less noise."""
-    key = json.dumps([seed, job.task.id, job.sample, job.salt, call_index]).encode()
+    numbers), so paired comparisons between them have less noise. A harness with its own salt opts out."""
+    salt = f"{job.salt}|{job.harness.salt}" if job.harness.salt else job.salt
+    key = json.dumps([seed, job.task.id, job.sample, salt, call_index]).encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") & ((1 << 63) - 1)
 
 

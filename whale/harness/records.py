@@ -44,6 +44,7 @@ class Rollout:
     tool_calls: list[ToolCall] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    rescue: dict[str, Any] | None = None  # a weight step's rescue rollout (whale/weights/rescue.py)
 
     @property
     def generated_tokens(self) -> int:
@@ -51,6 +52,8 @@ class Rollout:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        if d["rescue"] is None:
+            del d["rescue"]
         for call in d["calls"]:
             if call["logprobs"] is None:
                 del call["logprobs"]
@@ -73,3 +76,6 @@ class HarnessCandidate:
     parent: str | None = None
     hypothesis: str = ""
     proposer: str = "seed"
+    # Mixed into its model calls' seeds when set, so that it draws its own random numbers instead of
+    # sharing them with every candidate (the harness-resample control's copies of the incumbent).
+    salt: str = ""

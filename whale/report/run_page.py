@@ -182,7 +182,36 @@ def section_rft(run: RunFiles) -> str:
         steps_table += note + table_html(
             ["weight phase", "harness", "examples", "steps"], per_phase, {0, 2, 3}
         )
+    steps_table += rescue_table(steps)
     return section_html("rft", title, img_html(plot_rft(steps), "train reward per weight step") + steps_table)
+
+
+def rescue_table(steps: list[dict[str, Any]]) -> str:
+    """weights.rescue, per step: the zero-signal tasks, how many a rescue harness passed, and by which."""
+    rescued = [(e["step"], e["rescue"]) for e in steps if e.get("rescue")]
+    if not rescued:
+        return ""
+    rows = [
+        [
+            str(step),
+            r["mode"],
+            str(r["zero_signal"]),
+            str(r["tried"]),
+            str(r["rescued"]),
+            ", ".join(f"{h} {n}" for h, n in r["by_harness"].items()) or "-",
+            str(r["rollouts"]),
+            str(r["examples"]),
+            ", ".join(f"{why} {n}" for why, n in r["skipped"].items()) or "-",
+        ]
+        for step, r in rescued
+    ]
+    note = (
+        '<p class="note">Rescue: the tasks whose rollouts under the incumbent all failed, run again under'
+        " other harnesses (rescue rollouts are charged to the budget and marked in rollouts/train.jsonl)."
+        " Tasks rescued per harness; distill skips by reason.</p>"
+    )
+    head = ["step", "mode", "zero-signal tasks", "tried", "rescued", "by harness", "rollouts", "examples"]
+    return note + table_html([*head, "skipped"], rows, {0, 2, 3, 4, 6, 7})
 
 
 def section_search(run: RunFiles) -> str:

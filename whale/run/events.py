@@ -8,7 +8,7 @@ wall time when written (`stamped`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 from whale.weights.step import WeightStepResult
@@ -57,8 +57,9 @@ class WeightStep(Event):
     kind: ClassVar[str] = "weight_step"
     summary_fields: ClassVar[tuple[str, ...]] = (
         "step", "algorithm", "train_reward", "kept", "total", "examples", "dropped_tasks", "loss", "kl",
-        "margin", "mean_abs_advantage", "harnesses",
+        "margin", "mean_abs_advantage", "harnesses", "rescue",
     )  # fmt: skip
+    optional: ClassVar[tuple[str, ...]] = ("rescue",)
     step: int
     phase: int
     algorithm: str
@@ -76,6 +77,7 @@ class WeightStep(Event):
     mean_abs_advantage: float | None
     optimizer_steps: int
     weights: str  # the weights version served after the step
+    rescue: dict[str, Any] | None = None  # weights.rescue: what it tried, rescued and trained (RescueReport)
 
 
 def weight_step_event(
@@ -86,6 +88,7 @@ def weight_step_event(
         step, phase, algorithm, result.harnesses, result.train_reward, result.kept, total,
         result.kept / max(total, 1), result.examples, result.by_harness, result.dropped_tasks, result.loss,
         result.kl, result.margin, result.mean_abs_advantage, result.optimizer_steps, weights,
+        asdict(result.rescue) if result.rescue else None,
     )  # fmt: skip
 
 

@@ -40,6 +40,7 @@ from whale.run.evaluation import (
 )
 from whale.run.preflight import check_engine, check_proposer, resolve_engine_dtype, seed_candidate
 from whale.run.proposing import build_proposer, proposer_spent, record_proposal, search_brief
+from whale.run.rescue_pool import rescue_pool
 from whale.run.rundir import EVALS, EVENTS, SEARCH, TRAIN, RunDir, RunState
 from whale.run.schedule import (
     HARNESS,
@@ -172,24 +173,24 @@ class Experiment:
 
     def _weight_unit(self, sched: ScheduleState) -> UnitDone | None:
         """One weight step under the incumbent (fast-slow: a member per task), cut to the tasks the budget
-        pays for (None: not one). Evaluation points it would pass are taken first, on today's agent."""
+        pays for (None: not one)."""
         st, algorithm, settings = self.state, self.cfg.weights.algorithm, self.weight_settings
         tasks = min(settings.tasks_per_step, self.budget.left // settings.k)
         if tasks == 0:
             return None
-        self._evaluate_passed(self.budget.rollouts + tasks * settings.k)
         if sched.done_in_phase == 0 and needs_reference(self.cfg.weights):  # the phase's reference (DPO, KL)
             self.trainer.freeze_reference()
             st.reference_checkpoint = st.checkpoint
-            if st.checkpoint:
-                st.kept_checkpoints = sorted(set(st.kept_checkpoints or []) | {st.checkpoint})
-        members = [e["candidate_id"] for e in st.population or []] or [st.incumbent]
-        harnesses = [self.archive.load(cid) for cid in members]
+            st.kept_checkpoints = sorted(set(st.kept_checkpoints or []) | {st.checkpoint} - {None})
+        members = [e["candidate_id"] for e in st.population or []] or [st.incumbent]  # the incumbent first
+        served, harnesses = self.runner.weights_version, [self.archive.load(cid) for cid in members]
         rng = random.Random(self.cfg.seed * 1_000_003 + st.weight_steps)
         label = f"{algorithm.upper()} step {st.weight_steps + 1}"
-        result = weight_step(
+        pool = rescue_pool(self.cfg, self.domain, self.archive, members, self.splits["search"][0], served)
+        result = weight_step(  # the points the step passes are taken, on today's agent, before it trains
             self.runner, self.trainer, harnesses, self.splits["train"],
             replace(settings, tasks_per_step=tasks), rng, f"rft{st.weight_steps}", self.bars, label,
+            pool, self.budget.left, lambda n: self._evaluate_passed(self.budget.rollouts + n),
         )  # fmt: skip
         st.weight_steps += 1
         if result.optimizer_steps:  # else nothing was kept: the same weights, label and search scores
@@ -198,11 +199,10 @@ class Experiment:
             st.incumbent_eval = None
         self.dir.append(TRAIN, [r.to_json() for r in result.rollouts])
         self._charge(result.rollouts, "train")
-        total = len(result.rollouts)
         served = self.runner.weights_version
         self._event(events.weight_step_event(result, st.weight_steps, sched.phase, algorithm, served))
         self.console.print(f"  weight step {st.weight_steps} ({algorithm}): {step_line(result, served)}")
-        return UnitDone(result.train_reward, samples=total)
+        return UnitDone(result.train_reward, samples=len(result.rollouts))
 
     def _search_unit(self) -> UnitDone | None:
         """One search iteration: the incumbent's score, whether it changed (None: no budget to re-score)."""

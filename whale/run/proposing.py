@@ -14,6 +14,7 @@ from whale.run.schedule import method_rules
 from whale.search.mutation import MutationProposer
 from whale.search.program import ProgramProposer
 from whale.search.proposer import Proposal, ProposalRequest, Proposer, ProposerUsage, budget_spent, full_brief
+from whale.search.resample import ResampleProposer
 from whale.search.toolspec import tool_specs
 
 
@@ -49,7 +50,9 @@ def build_proposer(
     """The offline proposers are re-seeded per iteration, so a resumed run proposes what an uninterrupted
     one would have; LLM and agent proposers charge `usage`. `task`: one search task, whose inputs and
     tools show the shape the program proposer writes for."""
-    p = cfg.proposer
+    p, rules = cfg.proposer, method_rules(cfg.schedule.method)
+    if rules.resample:  # the control: whatever proposer is configured, copies of the incumbent
+        return ResampleProposer()
     if p.kind == "llm":
         from whale.search.llm_proposer import LLMProposer
 
@@ -58,7 +61,6 @@ def build_proposer(
         from whale.search.agent_proposer import AgentProposer
 
         return ShownProposer(AgentProposer(p, usage), console)
-    rules = method_rules(cfg.schedule.method)
     prompts_only = rules.prompts_only
     if p.kind == "program" and not prompts_only:  # fast-slow edits prompt text only: the knob mutator
         tools = tool_specs(domain.toolbox(task), domain.brief)

@@ -15,6 +15,8 @@ State is plain JSON so a resumed run continues the same phase with the same pati
     whale-gain               phases end as in whale-adaptive; the next goes to the side whose recent
                              gain per rollout is larger, by Thompson sampling (after one probe of each)
     harness-random           harness-only with the program proposer's mechanisms in random order
+    harness-resample         harness-only whose proposer returns the incumbent unchanged, with its own
+                             random numbers: every acceptance is a false one
 """
 
 from __future__ import annotations
@@ -279,12 +281,16 @@ class MethodRules:
     prompts_only: bool = False  # fast-slow: proposals may change prompt text only
     ends_with_proposer: bool = False  # harness-only: once the proposer's budget is spent, the run ends
     random_mechanisms: bool = False  # harness-random: the program proposer ignores the failure diagnosis
+    resample: bool = False  # harness-resample: the proposer returns copies of the incumbent
+
+
+HARNESS_ONLY = ("harness-only", "harness-random", "harness-resample")  # the last two: controls (issue 32)
 
 
 def method_rules(method: str) -> MethodRules:
-    if method in ("harness-only", "harness-random"):
-        random_mechanisms = method == "harness-random"
-        return MethodRules(trains=False, ends_with_proposer=True, random_mechanisms=random_mechanisms)
+    if method in HARNESS_ONLY:
+        shuffled, resample = method == "harness-random", method == "harness-resample"
+        return MethodRules(False, ends_with_proposer=True, random_mechanisms=shuffled, resample=resample)
     if method == "fast-slow":
         return MethodRules(population=True, prompts_only=True)
     return MethodRules()
@@ -322,7 +328,7 @@ def build_schedule(cfg: Any, train_tasks: int = 0, tasks_per_step: int = 1, seed
         return GainDriven(adaptive_phases(a, WEIGHTS), a.gain_window, a.explore_every, seed)
     if method == "weight-only":
         return SinglePhase(WEIGHTS)
-    if method in ("harness-only", "harness-random"):  # harness-random: the control of issue 32
+    if method in HARNESS_ONLY:
         return SinglePhase(HARNESS)
     if method == "stagewise":
         return Stagewise(WEIGHTS, cfg.stage_split)

@@ -54,6 +54,9 @@ def code_fingerprint(source: str) -> str:
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
 
 
+RESCUE = "rescue"  # the status of a harness written for a weight step's rescue, never scored or searched
+
+
 class Archive:
     def __init__(self, root: Path):
         self.root = root
@@ -77,6 +80,8 @@ class Archive:
             "status": status,
             "reason": reason,
         }
+        if candidate.salt:
+            meta["salt"] = candidate.salt
         atomic_write_json(self.candidates_dir / candidate.id / "meta.json", meta)
 
     def meta(self, candidate_id: str) -> dict[str, Any]:
@@ -85,12 +90,18 @@ class Archive:
     def load(self, candidate_id: str) -> HarnessCandidate:
         meta = self.meta(candidate_id)
         source = (self.candidates_dir / candidate_id / "harness.py").read_text()
-        return HarnessCandidate(candidate_id, source, meta["parent"], meta["hypothesis"], meta["proposer"])
+        return HarnessCandidate(
+            candidate_id, source, meta["parent"], meta["hypothesis"], meta["proposer"], meta.get("salt", "")
+        )
+
+    def searched_ids(self) -> list[str]:
+        """The candidates the search has seen: all but a weight step's rescue harnesses."""
+        return [cid for cid in self.ids() if self.meta(cid)["status"] != RESCUE]
 
     def fingerprints(self) -> dict[str, str]:
-        """Code fingerprint -> the first candidate holding that code."""
+        """Code fingerprint -> the first searched candidate holding that code."""
         out: dict[str, str] = {}
-        for cid in self.ids():
+        for cid in self.searched_ids():
             out.setdefault(code_fingerprint((self.candidates_dir / cid / "harness.py").read_text()), cid)
         return out
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate
-from whale.search.archive import Archive
+from whale.search.archive import RESCUE, Archive
 from whale.search.mechanisms import MECHANISMS, Context, apply, present, variants
 from whale.search.mutation import MutationProposer
 from whale.search.proposer import Proposal, ProposalRequest
@@ -54,11 +54,12 @@ def bootstrap_demos(archive: Archive, weights_version: str, limit: int = MAX_DEM
 
 
 def tried_on(archive: Archive, parent: str) -> set[str]:
-    """Mechanisms this proposer has already applied to `parent` (each gives the same file again)."""
+    """Mechanisms this proposer has already applied to `parent` (each gives the same file again); a
+    weight step's rescue harnesses were never searched, so they do not count."""
     tried = set()
     for cid in archive.ids():
         meta = archive.meta(cid)
-        if meta["parent"] == parent and meta["proposer"] == ProgramProposer.name:
+        if meta["parent"] == parent and meta["proposer"] == ProgramProposer.name and meta["status"] != RESCUE:
             tried.add(meta["hypothesis"].split(" ")[0])
     return tried
 
@@ -105,7 +106,8 @@ class ProgramProposer:
             if e.weights_version == request.weights_version
         ]
         ev = history[-1] if history else None
-        failures = {} if ev is None or self.random_order else ev.failures
+        failures = request.failures if request.failures is not None else ev.failures if ev else {}
+        failures = {} if self.random_order else failures
         ctx = Context(
             self.inputs,
             ev.calls_per_rollout if ev else 1.0,

@@ -44,6 +44,7 @@ class ProposalRequest:
     brief: str  # the domain's brief followed by HARNESS_CONTRACT
     iteration: int
     seen: set[tuple] = field(default_factory=set)  # knob signatures already in the archive
+    failures: dict[str, int] | None = None  # failures to address, when the caller diagnosed them (rescue)
 
 
 @dataclass

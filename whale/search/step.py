@@ -82,13 +82,16 @@ def propose_new(
     weights_version: str,
     brief: str = "",
     iteration: int = 0,
+    failures: dict[str, int] | None = None,
 ) -> Proposal:
     """Ask the proposer for up to n candidates, named after the archive's next ids."""
-    seen = {signature(archive.load(cid).source) for cid in archive.ids() if _parses(archive.load(cid).source)}
+    sources = [archive.load(cid).source for cid in archive.searched_ids()]
+    seen = {signature(source) for source in sources if _parses(source)}
     counter = iter(range(len(archive.ids()), 10**6))
     request = ProposalRequest(
-        archive, parents, n, lambda: f"c{next(counter):04d}", weights_version, brief, iteration, seen
-    )
+        archive, parents, n, lambda: f"c{next(counter):04d}", weights_version, brief, iteration, seen,
+        failures,
+    )  # fmt: skip
     proposal = proposer.propose(request)
     proposal.candidates = proposal.candidates[:n]
     return proposal
@@ -100,18 +103,19 @@ def screen(
     """Validate and smoke-test each candidate; those that fail get a reason, the rest are returned.
 
     A candidate whose code is already in the archive (same AST, comments and docstrings ignored) is
-    recorded as a duplicate and not run again. One that the budget left cannot smoke-test is not run.
+    recorded as a duplicate and not run again, unless it draws its own random numbers (a salted copy:
+    the harness-resample control). One that the budget left cannot smoke-test is not run.
     """
     runnable, archive = [], trial.archive
     known = archive.fingerprints()
     for cand in candidates:
         archive.add(cand)
-        twin = known.get(code_fingerprint(cand.source))
+        twin = None if cand.salt else known.get(code_fingerprint(cand.source))
         if twin is not None:
             archive.set_status(cand, "duplicate", f"same code as {twin}")
             result.failed[cand.id] = f"duplicate of {twin}"
             continue
-        known[code_fingerprint(cand.source)] = cand.id
+        known.setdefault(code_fingerprint(cand.source), cand.id)
         problems = validate.problems(cand.source)
         if settings.prompts_only and cand.parent and not problems:
             problems = [why for why in [outside_text(archive.load(cand.parent).source, cand.source)] if why]

@@ -12,7 +12,8 @@ sampled token ids (loss on completion tokens only); `train_on` takes the optimiz
 
 A rollout with several trainable calls gives one sequence per call, all sharing its advantage or pair
 side. Groups whose rollouts all pass or all fail can be dropped: GRPO gets no signal from them, and for
-RFT an all-pass task is one the model already solves.
+RFT an all-pass task is one the model already solves. Tasks whose rollouts all failed can be rescued
+under other harnesses (rescue.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,16 @@ from whale.rollout.executor import Executor
 from whale.weights.dpo import dpo_contributions
 from whale.weights.examples import call_examples, drop_uniform
 from whale.weights.grpo import grpo_contributions
+from whale.weights.rescue import (
+    RescuePool,
+    RescueReport,
+    RescueSettings,
+    distill_examples,
+    mark,
+    rescue_jobs,
+    rescue_report,
+    zero_signal,
+)
 from whale.weights.rft import select_kept
 
 LOSS_OF = {"rft": "sft", "dpo": "dpo", "grpo": "grpo"}  # weights.algorithm -> Objective.kind
@@ -50,14 +61,16 @@ class WeightSettings:
     drop_uniform_groups: bool
     std_normalize: bool
     objective: Objective
+    rescue: RescueSettings = RescueSettings()
 
     @classmethod
     def from_config(cls, cfg: Config) -> WeightSettings:
         w, r = cfg.weights, cfg.rft
         objective = Objective(LOSS_OF[w.algorithm], w.dpo_beta, w.grpo_clip, w.kl_coef)
+        rescue = RescueSettings(w.rescue, w.rescue_harnesses, w.rescue_k)
         return cls(
             w.algorithm, r.tasks_per_step, r.k, r.reward_threshold, r.max_kept_per_task,
-            w.drop_uniform_groups, w.grpo_std_normalize, objective,
+            w.drop_uniform_groups, w.grpo_std_normalize, objective, rescue,
         )  # fmt: skip
 
 
@@ -70,6 +83,7 @@ class WeightBatch:
     dropped_tasks: int = 0  # groups left out because their rollouts all passed or all failed
     by_harness: dict[str, int] = field(default_factory=dict)  # harness id -> training examples
     mean_abs_advantage: float | None = None  # grpo: mean |advantage| over the rollouts trained on
+    sources: list[Rollout] = field(default_factory=list)  # the rollouts the examples came from
 
 
 @dataclass
@@ -86,6 +100,7 @@ class WeightStepResult:
     mean_abs_advantage: float | None = None
     margin: float | None = None  # dpo: mean implicit reward margin, chosen over rejected
     kl: float | None = None  # mean per-token KL to the phase-start weights (None without a reference)
+    rescue: RescueReport | None = None
 
 
 def step_line(result: WeightStepResult, served: str) -> str:
@@ -93,7 +108,14 @@ def step_line(result: WeightStepResult, served: str) -> str:
     measured = [("KL", result.kl), ("margin", result.margin), ("|A|", result.mean_abs_advantage)]
     extra = "".join(f", {name} {value:.4f}" for name, value in measured if value is not None)
     trained = f"loss {result.loss:.3f}{extra}" if result.optimizer_steps else f"no update: {served} stays"
-    return f"train reward {result.train_reward:.3f}, kept {result.kept}/{len(result.rollouts)}, {trained}"
+    rescue, saved = result.rescue, ""
+    if rescue is not None:
+        saved = (
+            f", rescued {rescue.rescued}/{rescue.zero_signal} zero-signal tasks ({rescue.tried} tried,"
+            f" {rescue.rollouts} rollouts, {rescue.examples} examples)"
+        )
+    kept = f"kept {result.kept}/{len(result.rollouts)}"
+    return f"train reward {result.train_reward:.3f}, {kept}{saved}, {trained}"
 
 
 def build_batch(
@@ -128,7 +150,42 @@ def build_batch(
         dropped_tasks=dropped,
         by_harness=dict(by_harness),
         mean_abs_advantage=sum(advantages) / len(advantages) if advantages else None,
+        sources=[r for r, _ in used],
     )
+
+
+def merged(a: WeightBatch, b: WeightBatch) -> WeightBatch:
+    """Both batches as one; b's DPO pair ids are moved past a's."""
+    shift = 1 + max((e.pair for e in a.examples), default=-1)
+    for e in b.examples:
+        e.pair += shift if e.pair >= 0 else 0
+    advantage = [(x.mean_abs_advantage, x.kept) for x in (a, b) if x.mean_abs_advantage is not None]
+    return WeightBatch(
+        a.examples + b.examples,
+        a.kept + b.kept,
+        a.dropped_tasks + b.dropped_tasks,
+        dict(Counter(a.by_harness) + Counter(b.by_harness)),
+        sum(m * n for m, n in advantage) / max(sum(n for _, n in advantage), 1) if advantage else None,
+        a.sources + b.sources,
+    )
+
+
+def rescue_batch(
+    incumbent: list[Rollout], rescue: list[Rollout], settings: WeightSettings
+) -> tuple[WeightBatch, Counter[str]]:
+    """What the rescue rollouts train: their own calls (on_policy) or the incumbent's prompts with the
+    rescued replies (distill, attributed to the incumbent harness), and the distill skips by reason."""
+    if settings.rescue.mode == "on_policy":
+        batch = build_batch(
+            rescue, settings.algorithm, settings.threshold, settings.max_kept_per_task,
+            settings.drop_uniform_groups, settings.std_normalize,
+        )  # fmt: skip
+        return batch, Counter()
+    pairs, skipped = distill_examples(incumbent, rescue, settings.threshold, settings.max_kept_per_task)
+    harness_of = {r.task_id: r.harness_id for r in incumbent}
+    by_harness = Counter(harness_of[r.task_id] for r, _ in pairs)
+    batch = WeightBatch([e for _, e in pairs], len(pairs), 0, dict(by_harness), None, [r for r, _ in pairs])
+    return batch, skipped
 
 
 def sample(
@@ -195,14 +252,45 @@ def weight_step(
     salt: str,
     bars: Bars,
     label: str,
+    rescue_pool: RescuePool | None = None,
+    budget: int | None = None,
+    before_spending: Callable[[int], None] | None = None,
 ) -> WeightStepResult:
-    """One weight step: sample under `harnesses`, build the algorithm's batch, take the optimizer steps."""
+    """One weight step: sample under `harnesses`, rescue the tasks that all failed under other harnesses
+    (`rescue_pool`, within `budget` rollouts in all), build the algorithm's batch, take the optimizer
+    steps. `before_spending` hears the rollouts the step will spend before it spends more than its
+    sampling, and before it trains (the run takes the evaluation points the step passes there)."""
     with bars(f"{label}: sampling", settings.tasks_per_step * settings.k) as tick:
         rollouts, used = sample(runner, harnesses, train_tasks, rng, settings, salt, tick)
+    mode, zero, jobs = settings.rescue.mode, [], []
+    if mode != "off" and rescue_pool is not None:
+        zero = zero_signal(rollouts, settings.threshold)
+        left = (len(rollouts) if budget is None else budget) - len(rollouts)
+        needed = bool(zero) and left >= settings.rescue.k
+        pool = rescue_pool([r for r in rollouts if r.task_id in set(zero)]) if needed else []
+        tasks = {t.id: t for t in train_tasks}
+        ran = {r.task_id: r.harness_id for r in rollouts}
+        logprobs = settings.algorithm == "grpo"
+        todo = [tasks[t] for t in zero]
+        jobs = rescue_jobs(todo, ran, pool, settings.rescue, f"{salt}-rescue", logprobs, left)
+    if before_spending is not None:
+        before_spending(len(rollouts) + len(jobs))
+    rescue: list[Rollout] = []
+    if jobs:
+        with bars(f"{label}: rescue", len(jobs)) as tick:
+            rescue = runner.run(jobs, tick)
     batch = build_batch(
         rollouts, settings.algorithm, settings.threshold, settings.max_kept_per_task,
         settings.drop_uniform_groups, settings.std_normalize,
     )  # fmt: skip
+    report = None
+    if mode != "off":
+        extra, skipped = rescue_batch(rollouts, rescue, settings)
+        batch = merged(batch, extra)
+        mark(rescue, {r.task_id: r.harness_id for r in rollouts}, mode, {id(r) for r in extra.sources})
+        report = rescue_report(mode, zero, rescue, settings.threshold, len(extra.examples), skipped)
     n = trainer.optimizer_steps_for(len(training_units(batch.examples)))
     with bars(f"{label}: training", n) as tick:
-        return train_on(trainer, rollouts, used, batch, settings.objective, tick)
+        result = train_on(trainer, rollouts, used, batch, settings.objective, tick)
+    result.rollouts, result.rescue = rollouts + rescue, report
+    return result
