@@ -8,6 +8,7 @@ import pytest
 from whale.core.config import ScheduleConfig, load_config
 from whale.run.schedule import (
     HARNESS,
+    HARNESS_ONLY,
     METHODS,
     WEIGHTS,
     AdaptiveAlternation,
@@ -131,7 +132,7 @@ def test_adaptive_harness_phase_counts_iterations_without_acceptance():
 def test_every_method_is_buildable_from_config(method):
     cfg = load_config("tiny", overrides=[f"schedule.method={method}"])
     schedule = build_schedule(cfg.schedule)
-    expected = HARNESS if method in ("harness-only", "harness-random", "stagewise-harness-first") else WEIGHTS
+    expected = HARNESS if method in (*HARNESS_ONLY, "stagewise-harness-first") else WEIGHTS
     assert schedule.initial().kind == expected
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from whale.core.config import METHODS
-from whale.run.schedule import HARNESS, WEIGHTS
+from whale.run.schedule import HARNESS, HARNESS_ONLY, WEIGHTS
 from whale.studies.bottleneck import start_kind
 
-FIRST = {"harness-only": HARNESS, "harness-random": HARNESS, "stagewise-harness-first": HARNESS}
+FIRST = {method: HARNESS for method in (*HARNESS_ONLY, "stagewise-harness-first")}
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -13,9 +13,9 @@ import pytest
 
 from tests.cli.test_cli import check_complete_run, run_in_background, whale
 from tests.studies.test_compare import COUNTS, sampled
-from whale.core.config import ConfigError
+from whale.core.config import ConfigError, load_config
 from whale.core.files import read_json, read_jsonl
-from whale.studies.compare import parse_methods
+from whale.studies.compare import method_config, parse_methods
 
 PARITY = Path(__file__).resolve().parents[1] / "fixtures" / "parity_domain.py"
 METHODS = "whale,whale+dpo,whale+grpo"
@@ -24,11 +24,19 @@ SETTINGS = ("rft.reward_threshold=1.0", "weights.kl_coef=0.05", "eval.every_roll
             "domain.sizes.val=4", "domain.sizes.test=4")  # fmt: skip
 
 
-def test_methods_may_name_a_weight_algorithm():
+def test_methods_may_name_a_weight_algorithm_and_a_rescue_mode():
     assert parse_methods("whale,whale+dpo,weight-only+grpo") == ["whale", "whale+dpo", "weight-only+grpo"]
-    for bad in ("whale+ppo", "whale+", "gepa+dpo", "whale+dpo+grpo"):
+    assert parse_methods("weight-only+distill,whale+grpo+on_policy")
+    for bad in ("whale+ppo", "whale+", "gepa+dpo", "whale+dpo+grpo", "whale+distill+on_policy", "+dpo"):
         with pytest.raises(ConfigError, match="unknown method"):
             parse_methods(bad)
+    base = load_config("tiny")
+    cfg = method_config(base, "weight-only+grpo+on_policy", 1)
+    assert (cfg.schedule.method, cfg.weights.algorithm, cfg.weights.rescue, cfg.seed) == (
+        "weight-only", "grpo", "on_policy", base.seed + 1,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="rescue=distill is built for algorithm=rft"):
+        method_config(base, "whale+dpo+distill", 0)
 
 
 @pytest.fixture(scope="module")

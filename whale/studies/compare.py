@@ -7,7 +7,8 @@
     <out>/compare.png         test mean@k against budget rollouts spent, one line per method
 
 A method is a schedule (`whale`, `weight-only`, ...) optionally followed by `+<algorithm>` to set
-`weights.algorithm` (`whale+dpo`, `weight-only+grpo`); without it the base config's algorithm is used.
+`weights.algorithm` (`whale+dpo`, `weight-only+grpo`) and by `+<rescue mode>` to set `weights.rescue`
+(`weight-only+distill`); without them the base config's values are used.
 
 The start evaluation (base weights, seed harness) is computed by the first run of each seed and lent to
 the others, which would only repeat it (see whale.run.evaluation.start_eval_source).
@@ -64,15 +65,24 @@ class MethodRow:
 ALPHA = 0.05
 
 
-def split_method(method: str) -> tuple[str, str | None]:
-    """'whale+dpo' -> ('whale', 'dpo'); 'whale' -> ('whale', None)."""
-    schedule, _, algorithm = method.partition("+")
-    return schedule, algorithm or None
+RESCUES = ("on_policy", "distill")  # weights.rescue modes a method may name
+
+
+def split_method(method: str) -> tuple[str, dict[str, str]] | None:
+    """'whale+dpo+distill' -> ('whale', {'algorithm': 'dpo', 'rescue': 'distill'}); None when the
+    method is not a schedule followed by at most one algorithm and one rescue mode."""
+    schedule, *modifiers = method.split("+")
+    settings: dict[str, str] = {}
+    for modifier in modifiers:
+        key = "algorithm" if modifier in ALGORITHMS else "rescue" if modifier in RESCUES else None
+        if key is None or key in settings:
+            return None
+        settings[key] = modifier
+    return (schedule, settings) if schedule in METHODS else None
 
 
 def known_method(method: str) -> bool:
-    schedule, algorithm = split_method(method)
-    return schedule in METHODS and (algorithm is None or algorithm in ALGORITHMS) and not method.endswith("+")
+    return split_method(method) is not None
 
 
 def parse_methods(text: str) -> list[str]:
@@ -81,7 +91,7 @@ def parse_methods(text: str) -> list[str]:
     if unknown or not methods:
         raise ConfigError(
             f"--methods: unknown method {unknown[0] if unknown else '(none)'!r}; "
-            f"known: {', '.join(METHODS)}, each optionally +{'|'.join(ALGORITHMS)}"
+            f"known: {', '.join(METHODS)}, each optionally +{'|'.join(ALGORITHMS)} and +{'|'.join(RESCUES)}"
         )
     if len(set(methods)) != len(methods):
         raise ConfigError("--methods: a method is listed twice")
@@ -90,10 +100,9 @@ def parse_methods(text: str) -> list[str]:
 
 def method_config(base: Config, method: str, seed_offset: int) -> Config:
     data = base.model_dump()
-    schedule, algorithm = split_method(method)
+    schedule, weights = split_method(method)
     data["schedule"]["method"] = schedule
-    if algorithm:
-        data["weights"]["algorithm"] = algorithm
+    data["weights"].update(weights)
     data["seed"] = base.seed + seed_offset
     return config_from_dict(data, f"{method} seed {data['seed']}")
 
