@@ -112,11 +112,18 @@ def test_a_point_a_search_unit_runs_past_scores_the_harness_held_before_it(tmp_p
 
 def test_a_whale_gain_run_probes_the_weights_then_the_harness_and_logs_why(tmp_path):
     cfg = load_config("tiny", None, [
-        "schedule.method=whale-gain", "schedule.budget_rollouts=60", "eval.every_rollouts=60", "eval.k=1",
+        "schedule.method=whale-gain", "schedule.budget_rollouts=60", "eval.every_rollouts=20", "eval.k=1",
         "runner.workers=4", "domain.sizes={train: 50, search: 4, val: 2, test: 2}",
     ])  # fmt: skip
     Experiment(cfg, tmp_path / "run", Console(file=io.StringIO())).run()
     events = read_jsonl(tmp_path / "run" / "events.jsonl")
+    # every evaluation point adds each side's val effect per rollout it spent since the last one
+    state, points = read_json(tmp_path / "run" / "state.json"), read_jsonl(tmp_path / "run" / "evals.jsonl")
+    measured = state["measured"]
+    assert len(measured["weights"]) + len(measured["harness"]) >= 1
+    assert len(measured["weights"]) <= sum(1 for p in points[1:] if "effects" in p)
+    budget = state["budget"]
+    assert measured["at"] == {"weights": budget["train_rollouts"], "harness": budget["search_rollouts"]}
     switches = [e for e in events if e["event"] == "phase_switch"]
     assert switches and (switches[0]["from"], switches[0]["to"]) == ("weights", "harness")
     assert switches[0]["signals"]["why"] == "probe: harness not measured yet"

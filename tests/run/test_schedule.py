@@ -19,6 +19,7 @@ from whale.run.schedule import (
     Stagewise,
     UnitReport,
     build_schedule,
+    measured_gains,
     weight_phase_steps,
     window_stats,
 )
@@ -226,10 +227,35 @@ def test_whale_gain_probes_each_side_then_favours_the_larger_gain_more_as_the_ga
 def test_whale_gain_records_the_numbers_behind_each_choice():
     schedule = build_schedule(ScheduleConfig(method="whale-gain"), seed=3)
     gains = {WEIGHTS: [0.002, 0.001], HARNESS: [0.0005]}
-    kind, signals = schedule.choose(gains, [WEIGHTS, HARNESS, WEIGHTS], phase=4)
-    assert kind in (WEIGHTS, HARNESS) and set(signals) == {"why", "gains", "means", "draws"}
+    kind, signals = schedule.choose(gains, [WEIGHTS, HARNESS, WEIGHTS], phase=4, measured={})
+    assert kind in (WEIGHTS, HARNESS) and set(signals) == {"why", "gains", "means", "draws", "basis"}
     assert signals["means"][WEIGHTS] == pytest.approx(0.0015) and json.dumps(signals)
-    assert schedule.choose(gains, [WEIGHTS, HARNESS, WEIGHTS], phase=4) == (kind, signals)  # seeded
-    assert schedule.choose({WEIGHTS: [0.1]}, [WEIGHTS], 1)[0] == HARNESS  # the probe of the unmeasured side
-    forced, why = schedule.choose(gains, [WEIGHTS] * 4, 5)
+    assert signals["basis"] == "phase signals"
+    assert schedule.choose(gains, [WEIGHTS, HARNESS, WEIGHTS], 4, {}) == (kind, signals)  # seeded
+    assert schedule.choose({WEIGHTS: [0.1]}, [WEIGHTS], 1, {})[0] == HARNESS  # probe the unmeasured side
+    forced, why = schedule.choose(gains, [WEIGHTS] * 4, 5, {})
     assert forced == HARNESS and why["why"].startswith("explore")
+
+
+def test_measured_gains_are_val_effects_per_rollout_of_the_side_that_spent_them():
+    first = measured_gains(None, None, 0, 0)  # point 0: nothing measured yet
+    assert first == {WEIGHTS: [], HARNESS: [], "at": {WEIGHTS: 0, HARNESS: 0}}
+    effects = {"weights": [0.2, 0.0], "harness": [0.0, 0.0]}
+    after = measured_gains(first, effects, 100, 0)  # only training spent: the harness measured nothing
+    assert after[WEIGHTS] == [pytest.approx(0.001)] and after[HARNESS] == []
+    both = measured_gains(after, {"weights": [0.1, 0.1], "harness": [0.3, 0.1]}, 150, 40)
+    assert both[WEIGHTS] == [pytest.approx(0.001), pytest.approx(0.002)]
+    assert both[HARNESS] == [pytest.approx(0.005)]
+    apportioned = measured_gains(both, None, 200, 60)  # both changed and no corners: nothing added
+    assert apportioned[WEIGHTS] == both[WEIGHTS] and apportioned["at"] == {WEIGHTS: 200, HARNESS: 60}
+
+
+def test_whale_gain_chooses_from_the_measured_gains_once_both_sides_have_one():
+    schedule = build_schedule(ScheduleConfig(method="whale-gain"), seed=3)
+    phase_signals = {WEIGHTS: [0.01, 0.01, 0.01], HARNESS: [-0.01, -0.01, -0.01]}  # weights ahead
+    ran = [WEIGHTS, HARNESS, WEIGHTS]
+    assert schedule.choose(phase_signals, ran, 4, {WEIGHTS: [0.001]})[0] == WEIGHTS  # one side measured
+    measured = {WEIGHTS: [-0.002, -0.002], HARNESS: [0.003, 0.003]}  # on val, the harness is ahead
+    kind, signals = schedule.choose(phase_signals, ran, 4, measured)
+    assert kind == HARNESS and signals["basis"] == "measured on val" and signals["measured"] == measured
+    assert "measured on val" in signals["why"]

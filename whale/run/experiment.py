@@ -49,6 +49,7 @@ from whale.run.schedule import (
     SinglePhase,
     UnitReport,
     build_schedule,
+    measured_gains,
     method_rules,
 )
 from whale.run.summary import summarize_run
@@ -144,8 +145,9 @@ class Experiment:
             st.unit += 1
             b = self.budget
             report = UnitReport(
-                sched.kind, unit.value, unit.improved, b.rollouts, b.limit_rollouts, unit.samples, unit.before
-            )
+                sched.kind, unit.value, unit.improved, b.rollouts, b.limit_rollouts, unit.samples,
+                unit.before, st.measured,
+            )  # fmt: skip
             decision = self.schedule.advance(sched, report)
             st.schedule = decision.state.to_json()
             if decision.switched:
@@ -169,7 +171,7 @@ class Experiment:
         self.trainer.close()
         self.tracker.close()
         self.dir.release()
-        return self.summary()
+        return summarize_run(self.out)
 
     def _weight_unit(self, sched: ScheduleState) -> UnitDone | None:
         """One weight step under the incumbent (fast-slow: a member per task), cut to the tasks the budget
@@ -362,11 +364,12 @@ class Experiment:
         if self.state.eval_points:
             self.cross.measure(self.dir.points()[-1], record, partial(self._charge, kind="eval"))
         self.cross.remember(record["weights"])
-        b = self.budget
+        b, st = self.budget, self.state
+        st.measured = measured_gains(st.measured, record.get("effects"), b.train_rollouts, b.search_rollouts)
         record.update(rollouts=b.rollouts if at is None else at, spent=b.rollouts, wall_s=round(b.wall_s, 2))
         self.dir.append(EVALS, [record])
         self.tracker.log(record, record["rollouts"])
-        self.state.eval_points += 1
+        st.eval_points += 1
 
     @property
     def budget(self) -> Budget:
@@ -441,9 +444,6 @@ class Experiment:
         self.state.finished = True
         self._event(events.End(reason))
         self._commit(weights_changed=False, boundary=True)  # keeps the end point's checkpoint
-
-    def summary(self) -> dict[str, Any]:
-        return summarize_run(self.out)
 
     def start_eval_source(self) -> Path | None:
         seed = self.archive.load("c0000").source

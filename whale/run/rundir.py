@@ -69,6 +69,7 @@ class RunState:
     candidates: list[str] | None = None
     finished: bool = False
     code_versions: list[str] | None = None  # the commits it ran at, in order (a resume may add one)
+    measured: dict[str, Any] | None = None  # val gains per rollout, per side (schedule.measured_gains)
 
 
 @dataclass(frozen=True)

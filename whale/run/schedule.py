@@ -66,6 +66,7 @@ class UnitReport:
     limit: int = 0  # the budget
     samples: int = 0  # weights: the rollouts behind `value` (its binomial noise); 0 when not known
     before: float | None = None  # harness: the incumbent's search score before the unit
+    measured: dict[str, Any] | None = None  # each side's measured val gains per rollout (measured_gains)
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,24 @@ class AdaptiveAlternation:
         return Decision(nxt, False, "", signals)
 
 
+def measured_gains(
+    known: dict[str, Any] | None, effects: dict[str, Any] | None, train: int, search: int
+) -> dict[str, Any]:
+    """After an evaluation point: each side's val effect since the last point (the 2x2 cross-evaluation,
+    whale/run/cross_eval.py) per budget rollout that side spent in between (weights: training rollouts,
+    harness: search rollouts), appended to its list. A side that spent nothing measured nothing; an
+    interval whose change could only be apportioned (both sides changed, no corners) adds nothing."""
+    known = known or {}
+    at = known.get("at", {})
+    spent = {WEIGHTS: train - at.get(WEIGHTS, 0), HARNESS: search - at.get(HARNESS, 0)}
+    out = {side: list(known.get(side, [])) for side in (WEIGHTS, HARNESS)}
+    for side in (WEIGHTS, HARNESS):
+        if effects is not None and spent[side] > 0:
+            values = effects[side]
+            out[side].append(sum(values) / len(values) / spent[side])
+    return {**out, "at": {WEIGHTS: train, HARNESS: search}}
+
+
 def phase_gain(state: ScheduleState, report: UnitReport) -> float:
     """The ending phase's gain per budget rollout. Weights: the train reward of its last step over its
     first's; a step's reward is drawn before its update, so n steps show n - 1 updates and are charged
@@ -225,8 +244,10 @@ def phase_gain(state: ScheduleState, report: UnitReport) -> float:
 class GainDriven:
     """whale-gain: a phase ends as in whale-adaptive (patience, within min and max units). The first two
     phases probe each side (weights, then harness); after them each phase goes to the side whose gain
-    per budget rollout, drawn from a normal around the mean of its last `window` phase gains (Thompson
-    sampling), is larger. A side left out for `explore_every` phases runs next whatever its draw."""
+    per budget rollout, drawn from a normal around the mean of its last `window` gains (Thompson
+    sampling), is larger. The gains are measured on val at evaluation points (measured_gains) once both
+    sides have such a measurement, and are the phases' own signals until then (phase_gain). A side left
+    out for `explore_every` phases runs next whatever its draw."""
 
     phases: AdaptiveAlternation
     window: int = 3
@@ -245,12 +266,15 @@ class GainDriven:
         gains = {k: list(v) for k, v in state.gains.items()}
         gains.setdefault(state.kind, []).append(phase_gain(state, report))
         ran = [*state.ran, state.kind]
-        kind, signals = self.choose(gains, ran, state.phase)
+        measured = {k: v for k, v in (report.measured or {}).items() if k in (WEIGHTS, HARNESS)}
+        kind, signals = self.choose(gains, ran, state.phase, measured)
         signals.update(ended=inner.reason, **inner.signals)
         nxt = ScheduleState(kind, state.phase + 1, start_rollouts=report.rollouts, gains=gains, ran=ran)
         return Decision(nxt, True, signals["why"], signals)
 
-    def choose(self, gains: dict[str, list[float]], ran: list[str], phase: int) -> tuple[str, dict[str, Any]]:
+    def choose(
+        self, gains: dict[str, list[float]], ran: list[str], phase: int, measured: dict[str, list[float]]
+    ) -> tuple[str, dict[str, Any]]:
         """The next phase's side and the numbers behind the choice."""
         untried = [k for k in (WEIGHTS, HARNESS) if not gains.get(k)]
         if untried:
@@ -258,7 +282,9 @@ class GainDriven:
         for k in (WEIGHTS, HARNESS):
             if k not in ran[-self.explore_every :]:
                 return k, {"why": f"explore: {k} not run in {self.explore_every} phases", "gains": gains}
-        recent = {k: gains[k][-self.window :] for k in (WEIGHTS, HARNESS)}
+        on_val = all(measured.get(k) for k in (WEIGHTS, HARNESS))
+        source = measured if on_val else gains
+        recent = {k: source[k][-self.window :] for k in (WEIGHTS, HARNESS)}
         spread = [abs(g) for v in recent.values() for g in v] or [0.0]
         fallback = max(max(spread), 1e-6)  # the scale of a side measured once: the run's gains so far
         rng = random.Random(self.seed * 1_000_003 + phase)
@@ -268,8 +294,11 @@ class GainDriven:
             sd = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else fallback
             draws[k] = rng.gauss(means[k], max(sd, 1e-9))
         kind = max(draws, key=lambda k: (draws[k], k == WEIGHTS))
-        why = f"gain: {kind} drew {draws[kind]:+.2e} per rollout against {draws[other(kind)]:+.2e}"
-        return kind, {"why": why, "gains": gains, "means": means, "draws": draws}
+        basis = "measured on val" if on_val else "phase signals"
+        against = f"{draws[other(kind)]:+.2e}"
+        why = f"gain ({basis}): {kind} drew {draws[kind]:+.2e} per rollout against {against}"
+        signals = {"why": why, "gains": gains, "means": means, "draws": draws, "basis": basis}
+        return kind, signals | ({"measured": measured} if on_val else {})
 
 
 @dataclass(frozen=True)
