@@ -31,6 +31,7 @@ from whale.weights.rescue import (
     RescueSettings,
     distill_example,
     distill_examples,
+    plan_rescue,
     rescue_jobs,
     rescue_report,
     zero_signal,
@@ -66,6 +67,27 @@ def test_rescue_jobs_skip_the_tasks_own_harness_and_stop_at_whole_tasks_within_t
     assert [j.sample for j in jobs[:3]] == [0, 1, 2] and len(jobs) == 18
     cut = rescue_jobs(tasks, {"a": "c0", "b": "c1", "c": "c0"}, pool, settings, "s", False, 13)
     assert len(cut) == 12 and {j.task.id for j in cut} == {"a", "b"}  # c would need 6 more
+
+
+def test_the_pool_is_asked_only_when_a_task_can_be_rescued():
+    tasks = [Task("a", {}, {}), Task("b", {}, {})]
+    asked: list[list[str]] = []
+
+    def pool(failed: list[Rollout]) -> list[HarnessCandidate]:
+        asked.append([r.task_id for r in failed])
+        return [HarnessCandidate("c1", "")]
+
+    settings = RescueSettings("on_policy", harnesses=1, k=2)
+    passing = [rollout("a", 0, 1.0), rollout("b", 0, 1.0)]
+    assert plan_rescue(passing, tasks, pool, settings, 1.0, "s", False, 100) == ([], [])
+    failing = [rollout("a", 0, 1.0), rollout("b", 0, 0.0), rollout("b", 1, 0.0)]
+    assert plan_rescue(failing, tasks, pool, settings, 1.0, "s", False, 1) == (["b"], [])  # no budget
+    assert asked == []
+    zero, jobs = plan_rescue(failing, tasks, pool, settings, 1.0, "s", True, 100)
+    assert zero == ["b"] and asked == [["b", "b"]]
+    assert [(j.task.id, j.harness.id, j.sample, j.salt, j.logprobs) for j in jobs] == [
+        ("b", "c1", 0, "s", True), ("b", "c1", 1, "s", True),
+    ]  # fmt: skip
 
 
 def test_a_distilled_example_is_the_incumbents_prompt_with_the_rescued_reply():

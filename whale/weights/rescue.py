@@ -91,6 +91,27 @@ def rescue_jobs(
     return jobs
 
 
+def plan_rescue(
+    rollouts: list[Rollout],
+    train_tasks: list[Task],
+    pool: RescuePool,
+    settings: RescueSettings,
+    threshold: float,
+    salt: str,
+    logprobs: bool,
+    budget: int,
+) -> tuple[list[str], list[RolloutJob]]:
+    """A step's zero-signal tasks and the rescue jobs for them. The pool is asked for its harnesses only
+    when there is a task to rescue and `budget` pays for one harness's rollouts of it."""
+    zero = zero_signal(rollouts, threshold)
+    if not zero or budget < settings.k:
+        return zero, []
+    failed = [r for r in rollouts if r.task_id in set(zero)]
+    tasks = {t.id: t for t in train_tasks}
+    ran = {r.task_id: r.harness_id for r in rollouts}
+    return zero, rescue_jobs([tasks[t] for t in zero], ran, pool(failed), settings, salt, logprobs, budget)
+
+
 def answering_call(rollout: Rollout) -> ModelCall | str:
     """The incumbent's answering call (its last trainable one), or why there is none to distill into."""
     calls = [c for c in rollout.calls if c.train and c.completion_ids]

@@ -40,9 +40,8 @@ from whale.weights.rescue import (
     RescueSettings,
     distill_examples,
     mark,
-    rescue_jobs,
+    plan_rescue,
     rescue_report,
-    zero_signal,
 )
 from whale.weights.rft import select_kept
 
@@ -264,15 +263,11 @@ def weight_step(
         rollouts, used = sample(runner, harnesses, train_tasks, rng, settings, salt, tick)
     mode, zero, jobs = settings.rescue.mode, [], []
     if mode != "off" and rescue_pool is not None:
-        zero = zero_signal(rollouts, settings.threshold)
         left = (len(rollouts) if budget is None else budget) - len(rollouts)
-        needed = bool(zero) and left >= settings.rescue.k
-        pool = rescue_pool([r for r in rollouts if r.task_id in set(zero)]) if needed else []
-        tasks = {t.id: t for t in train_tasks}
-        ran = {r.task_id: r.harness_id for r in rollouts}
-        logprobs = settings.algorithm == "grpo"
-        todo = [tasks[t] for t in zero]
-        jobs = rescue_jobs(todo, ran, pool, settings.rescue, f"{salt}-rescue", logprobs, left)
+        zero, jobs = plan_rescue(
+            rollouts, train_tasks, rescue_pool, settings.rescue, settings.threshold,
+            salt=f"{salt}-rescue", logprobs=settings.algorithm == "grpo", budget=left,
+        )  # fmt: skip
     if before_spending is not None:
         before_spending(len(rollouts) + len(jobs))
     rescue: list[Rollout] = []
