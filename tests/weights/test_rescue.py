@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tests.cli.test_cli import whale
+from tests.cli.test_cli import check_complete_run, run_in_background, whale
 from tests.fixtures.rescue_domain import RESCUER, RescueDomain
 from whale.core.config import ConfigError, load_config
 from whale.core.files import read_json, read_jsonl
@@ -227,3 +227,24 @@ def test_a_weight_only_run_rescues_under_harnesses_the_program_proposer_wrote(tm
     assert archive.searched_ids() == ["c0000"] and set(archive.fingerprints().values()) == {"c0000"}
     assert "zero-signal tasks" in (out / "report.html").read_text()
     assert "rescued" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_killed_rescue_run_resumes_without_losing_or_double_counting(tmp_path):
+    out = tmp_path / "run"
+    sets = (
+        f"domain.file={RESCUE_DOMAIN}", "schedule.method=weight-only", "weights.rescue=distill",
+        "weights.rescue_harnesses=8", "rft.reward_threshold=1.0", "schedule.budget_rollouts=120",
+    )  # fmt: skip
+    with run_in_background(out, *sets):
+        pass
+    resumed = whale("run", "--resume", str(out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    state = check_complete_run(out)
+    steps = [e for e in read_jsonl(out / "events.jsonl") if e["event"] == "weight_step"]
+    rows = read_jsonl(out / "rollouts/train.jsonl")
+    assert sum(e["total"] for e in steps) == len(rows) == state["budget"]["train_rollouts"]
+    assert sum(e["rescue"]["rollouts"] for e in steps) == sum("rescue" in r for r in rows)
+    archive = Archive(out / "search")
+    written = [archive.load(cid).source for cid in archive.ids() if archive.meta(cid)["status"] == "rescue"]
+    assert written and len(set(written)) == len(written)  # written once, not again after the resume
