@@ -108,6 +108,40 @@ def test_a_worker_never_runs_a_second_candidate(make_runner, add_domain):
     assert len(runner.idle) <= 2  # no more idle workers kept than the pool's size
 
 
+class TwoSplitDomain(AddDomain):
+    """Tasks 0-1 are the search split, 2-3 the test split, 4 is in both."""
+
+    def splits(self) -> dict[str, list[Task]]:
+        return {"search": [*self.tasks[:2], self.tasks[4]], "test": self.tasks[2:5]}
+
+
+def test_a_worker_never_carries_one_splits_tasks_to_another(fake_engine):
+    """What a worker saw of test inputs must not reach a search-split trace, which a proposer reads: a
+    candidate's workers are reused within a split, never across."""
+    domain = TwoSplitDomain()
+    runner = RolloutRunner(fake_engine, domain, SAMPLING, RunnerLimits(workers=1), seed=3)
+    served: dict[int, list[str]] = {}  # worker pid -> the tasks it ran
+    take = runner._take_worker
+
+    def recording_take(owner):
+        w = take(owner)
+        served.setdefault(w.proc.pid, []).append(w.owner)
+        return w
+
+    runner._take_worker = recording_take
+    seed = harness(domain.seed_harness(), "a")
+    try:
+        for order in ([0, 1], [0, 1], [2, 3], [4, 4]):  # search twice, test, both
+            rollouts = runner.run([RolloutJob(domain.tasks[i], seed, s) for i in order for s in range(2)])
+            assert all(r.reward == 1.0 for r in rollouts)
+    finally:
+        runner.close()
+    owners = [set(o) for o in served.values()]
+    assert all(len(o) == 1 for o in owners), served  # each worker kept to one split
+    assert sorted(next(iter(o)).split(":")[0] for o in owners) == ["search", "search+test", "test"]
+    assert max(len(o) for o in served.values()) == 8  # and reused within it, across run() calls
+
+
 class HeldToolbox(AddToolbox):
     """`add` as before, and `held`, which returns only when `release` is set (or after 20 s, saying so)."""
 

@@ -75,3 +75,32 @@ def test_the_program_checks_the_architecture_then_refuses_each_listed_number():
     assert {"socket", "connect", "sendto", "ptrace", "process_vm_readv", "execve", "fork"} <= set(
         seccomp.DENIED
     )
+
+
+KEYED = """
+import errno, os, sys
+from whale.harness import launcher, seccomp
+seccomp.install(exec_key=0xDEADBEEF12345677)
+try:
+    os.execv("/bin/true", ["true"])
+except OSError as exc:
+    print("plain execve:", errno.errorcode[exc.errno], flush=True)
+key = int(sys.argv[1], 16)
+launcher.execute("/bin/sh", ["sh", "-c", "echo started; exec /bin/true"], {"PATH": "/bin"}, key)
+"""
+
+
+@pytest.mark.skipif(not seccomp.supported(), reason="the filter is written for x86-64 Linux")
+@pytest.mark.parametrize("key", ["DEADBEEF12345677", "DEADBEEF12345676", "1EADBEEF12345677"])
+def test_only_the_execve_that_carries_the_key_starts_a_program_and_that_program_cannot_start_another(key):
+    done = subprocess.run(
+        [sys.executable, "-s", "-c", KEYED, key], capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, cwd="/",
+    )  # fmt: skip
+    assert done.stdout.startswith("plain execve: EPERM\n"), done.stdout + done.stderr
+    if key == "DEADBEEF12345677":  # the shell started, and its own exec was refused
+        assert done.stdout.endswith("started\n") and done.returncode != 0
+        assert "Operation not permitted" in done.stderr
+    else:  # one bit off in either half: refused like any other execve
+        assert "started" not in done.stdout and done.returncode == 127
+        assert "cannot start the worker: Operation not permitted" in done.stderr

@@ -1,23 +1,15 @@
-"""The sandbox's OS layers, applied by a worker to itself after its imports: rlimits, a network namespace
-of its own, Landlock (files, then network), the switch to nobody, death with the parent, a seccomp
-filter (seccomp.py: no sockets, no new programs or processes, no tracing), and the audit hook that
-refuses system access once harness code may run."""
+"""The sandbox layers a worker applies to itself after its imports (rlimits, and the audit hook that
+refuses system access once harness code may run), and the parent's reading of the sandbox status a worker
+reports. The OS layers before them (a network namespace, Landlock, nobody, seccomp) are the launcher's:
+they are applied before the worker's Python starts, so the worker never loads ctypes (launcher.py)."""
 
 from __future__ import annotations
 
-import ctypes
+import json
 import os
 import resource
-import string
 import sys
 from typing import Any
-
-from whale.harness import seccomp
-
-NOBODY = 65534
-CLONE_NEWNET = 0x40000000
-CLONE_NEWUSER = 0x10000000
-SWITCHES = ("WHALE_LANDLOCK", "WHALE_SECCOMP", "WHALE_NETNS")  # "off" disables a layer (for measurement)
 
 
 def limit_resources(memory_mb: int, cpu_s: int, highest_fd: int) -> None:
@@ -63,81 +55,33 @@ def forbid_system_access(event: str, args: tuple, _seen: list[str] = []) -> None
         raise RuntimeError(f"forbidden operation in harness: {event}")
 
 
-def die_with_parent() -> None:
-    """Have Linux SIGKILL this worker when the parent dies (even by kill -9): no harness outlives a run."""
-    parent = int(os.environ.get("WHALE_PARENT_PID", "0"))
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        pass
-    if parent and os.getppid() != parent:
-        raise SystemExit(0)  # the parent is already gone
-
-
-def isolate_network() -> str:
-    """Move the worker into a network namespace of its own, whose only interface is a loopback that is
-    down: no address anywhere is reachable, whatever gets past the other layers. Root may create one;
-    others need a user namespace with it. Returns what went wrong ("" when nothing)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    flags = CLONE_NEWNET if os.geteuid() == 0 else CLONE_NEWUSER | CLONE_NEWNET
-    if libc.unshare(flags) != 0:
-        return f"no network namespace of its own (unshare: {os.strerror(ctypes.get_errno())})"
-    return ""
-
-
-def readable_paths() -> list[str]:
-    """What the worker may still read: the standard library, and each other module file already loaded."""
-    stdlib = os.path.dirname(string.__file__)
-    paths = {stdlib}
+def startup_files() -> list[str]:
+    """What this Python has loaded, by real path (its modules and their bytecode, what it has mapped, the
+    folders on its path): the launcher's probe, so that Landlock lets a worker read exactly that."""
+    files = {"/etc/ld.so.cache"}  # opened by the dynamic loader at start, closed afterwards
     for mod in list(sys.modules.values()):
-        path = getattr(mod, "__file__", None)
-        if isinstance(path, str) and not path.startswith(stdlib + os.sep):
-            paths.add(path)
-    return sorted(paths)
+        for attr in ("__file__", "__cached__"):
+            path = getattr(mod, attr, None)
+            if isinstance(path, str) and os.path.isfile(path):
+                files.add(os.path.realpath(path))
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/"):
+                files.add(os.path.realpath(fields[5].strip()))
+    files.update(os.path.realpath(p) for p in sys.path if os.path.isdir(p))
+    return sorted(files)
 
 
-def confine() -> dict[str, Any]:
-    """The OS layers: Landlock (filesystem, then network) and, for root, a switch to nobody. Returns the
-    status the hello frame carries; `problems` lists what could not be applied."""
-    status: dict[str, Any] = {"landlock": 0, "filesystem": False, "network": False, "problems": []}
-    off = os.environ.get("WHALE_NETNS", "on") == "off"
-    problem = "network namespace disabled by WHALE_NETNS=off" if off else isolate_network()
-    status["netns"] = not problem
-    if problem:
-        status["problems"].append(problem)
-    if os.environ.get("WHALE_LANDLOCK", "on") == "off":
-        status["problems"].append("Landlock disabled by WHALE_LANDLOCK=off")
-    else:
-        try:
-            from whale.harness import landlock
-
-            status["landlock"] = landlock.restrict(readable_paths(), [], [])
-            status["filesystem"] = True
-            if status["landlock"] >= 4:
-                landlock.restrict_network(status["landlock"])
-                status["network"] = True
-            else:
-                status["problems"].append(f"Landlock ABI {status['landlock']} < 4: TCP is not restricted")
-        except (OSError, ImportError, AttributeError) as exc:
-            status["problems"].append(f"Landlock not applied: {exc}")
-    if os.geteuid() == 0:
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-        except OSError as exc:
-            status["problems"].append(f"still root (RLIMIT_NPROC does not bind root): {exc}")
-        die_with_parent()  # a change of credentials clears the parent-death signal: set it again
-    status["uid"] = os.geteuid()
-    status["seccomp"] = False
-    if os.environ.get("WHALE_SECCOMP", "on") == "off":
-        status["problems"].append("seccomp disabled by WHALE_SECCOMP=off")
-    else:
-        try:
-            seccomp.install()  # last: the switch to nobody above needs calls it may refuse
-            status["seccomp"] = True
-        except (OSError, RuntimeError, AttributeError) as exc:
-            status["problems"].append(f"seccomp not applied: {exc}")
+def launched_status() -> dict[str, Any]:
+    """The sandbox status the launcher handed over, plus what the worker checks for itself."""
+    try:
+        status = json.loads(os.environ.get("WHALE_SANDBOX", ""))
+    except ValueError:
+        status = {"problems": ["the worker was not started by the launcher"]}
+    if "_ctypes" in sys.modules:
+        status.setdefault("problems", []).append("ctypes is loaded in the worker")
+    status["ctypes"] = "_ctypes" in sys.modules
     return status
 
 

@@ -126,10 +126,11 @@ def write_rights(abi: int) -> int:
     return handled_rights(abi)
 
 
-def restrict(read: list[str], write: list[str], devices: list[str] = ()) -> int:
-    """Restrict this process (and all it starts afterwards) to the given paths, for good. Missing paths
-    are skipped. Returns the ABI version used; raises LandlockError when Landlock is unavailable or a step
-    fails, in which case nothing has been restricted yet unless the failure was in the last step."""
+def restrict(read: list[str], write: list[str], devices: list[str] = (), listable: list[str] = ()) -> int:
+    """Restrict this process (and all it starts afterwards) to the given paths, for good: `listable`
+    folders may be listed, not read. Missing paths are skipped. Returns the ABI version used; raises
+    LandlockError when Landlock is unavailable or a step fails, in which case nothing has been restricted
+    yet unless the failure was in the last step."""
     abi = abi_version()
     if abi < 1:
         raise LandlockError("Landlock is not available in this kernel")
@@ -145,6 +146,7 @@ def restrict(read: list[str], write: list[str], devices: list[str] = ()) -> int:
         raise LandlockError(err, f"landlock_create_ruleset: {os.strerror(err)}")
     try:
         grants = [(p, READ_RIGHTS) for p in read]
+        grants += [(p, READ_DIR) for p in listable]
         grants += [(p, DEVICE_RIGHTS) for p in devices]
         grants += [(p, write_rights(abi)) for p in write]
         for path, rights in grants:
@@ -218,9 +220,15 @@ def new_pid_namespace() -> str:
     """Have this process's next child start a PID namespace of its own, as its pid 1: when that child
     exits, the kernel kills every process left inside, however it was started or reparented. Root may
     do this; others need a user namespace too (their ids mapped to themselves). Returns what failed."""
+    return unshare(CLONE_NEWPID)
+
+
+def unshare(namespaces: int) -> str:
+    """Move this process into new namespaces (`namespaces`: CLONE_NEW* flags). Root may; others need a
+    user namespace as well, with their ids mapped to themselves. Returns what failed ("" when nothing)."""
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWPID if os.geteuid() == 0 else CLONE_NEWUSER | CLONE_NEWPID
+    flags = namespaces if os.geteuid() == 0 else CLONE_NEWUSER | namespaces
     if libc.unshare(flags) != 0:
         return f"unshare: {os.strerror(ctypes.get_errno())}"
     if flags & CLONE_NEWUSER:

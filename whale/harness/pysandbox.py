@@ -14,13 +14,12 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from whale.harness import validate
-from whale.harness.confine import SWITCHES, report_degraded, sandbox_status_problems
+from whale.harness.confine import report_degraded, sandbox_status_problems
+from whale.harness.launcher import worker_command
 from whale.harness.task import ToolError
 from whale.harness.worker import MAX_FRAME
 
@@ -33,16 +32,7 @@ def run_python(code: str, timeout_s: float = 5.0, memory_mb: int = 256, cpu_s: i
     problems = validate.code_problems(code)
     if problems:
         raise ToolError(f"code refused: {problems[0]}")
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "WHALE_PARENT_PID": str(os.getpid()),
-    }
-    for switch in SWITCHES:
-        if os.environ.get(switch):
-            env[switch] = os.environ[switch]
-    cmd = [sys.executable, "-s", "-m", "whale.harness.worker", str(memory_mb), str(cpu_s), "--exec"]
+    cmd, env = worker_command(memory_mb, cpu_s, one_shot=True)
     proc = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         start_new_session=True, env=env, cwd="/",

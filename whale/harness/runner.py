@@ -33,7 +33,6 @@ applied, the runner says so once on stderr and lists it in `sandbox_problems`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -55,10 +54,14 @@ from whale.harness.worker_process import (
     START_WAIT_S,
     WorkerProcess,
     capped_logs,
+    deadline,
     exit_reason,
     kill_worker,
+    overdue,
+    owner_of,
     send_frame,
     spawn_worker,
+    splits_by_task,
 )
 from whale.model.engine import Engine, Generation, GenerationRequest, SamplingParams, StepEngine
 
@@ -94,6 +97,7 @@ class RolloutRunner:
         self.selector.register(self.tools.fd, selectors.EVENT_READ)
         self.sandbox: dict[str, Any] | None = None  # the latest worker's sandbox status
         self.sandbox_problems: list[str] = []  # sandbox layers some worker could not apply
+        self._splits_of: dict[str, str] | None = None  # task id -> the splits that hold it
 
     @property
     def weights_version(self) -> str:
@@ -158,7 +162,7 @@ class RolloutRunner:
                 if w.tool is not None and w.tool.done() and w.job is not None:
                     self._tool_done(w)
             for fd, (index, w) in list(busy.items()):
-                reason = self._overdue(w)
+                reason = overdue(w, self.limits)
                 if reason or w.job is None:  # or ended by a protocol error while it was being answered
                     results[index] = self._fail(w, busy, fd, reason) if reason else self._finish(w, busy, fd)
                     if on_done:
@@ -177,9 +181,10 @@ class RolloutRunner:
         return spawn_worker(self.limits.memory_mb, self.limits.cpu_s)
 
     def _take_worker(self, owner: str) -> WorkerProcess:
-        """An idle worker that ran this same candidate before, with nothing unread in its pipe (anything
-        there would not belong to the next job), else a fresh one. A worker never serves two candidates:
-        one that got past the Python layers could leave an implant for the next (issue 23)."""
+        """An idle worker that ran this same candidate on the same split before, with nothing unread in
+        its pipe (anything there would not belong to the next job), else a fresh one. A worker never
+        serves two candidates: one that got past the Python layers could leave an implant for the next
+        (issue 23)."""
         for w in [w for w in reversed(self.idle) if w.owner == owner]:
             self.idle.remove(w)
             pending = w.buf or select.select([w.proc.stdout], [], [], 0)[0]
@@ -191,8 +196,9 @@ class RolloutRunner:
         return w
 
     def _start_job(self, job: RolloutJob) -> WorkerProcess:
-        source = hashlib.sha256(job.harness.source.encode("utf-8", "replace")).hexdigest()[:16]
-        w = self._take_worker(f"{job.harness.id}:{source}")
+        if self._splits_of is None:
+            self._splits_of = splits_by_task(self.domain)
+        w = self._take_worker(owner_of(job, self._splits_of))
         now = time.monotonic()
         w.job, w.task, w.began, w.resumed, w.request = job, job.task, now, now, None
         w.verify = job.verify
@@ -393,26 +399,8 @@ class RolloutRunner:
 
     def _next_deadline(self, busy: dict[int, tuple[int, WorkerProcess]]) -> float:
         now = time.monotonic()
-        deadlines = [self._deadline(w) - now for _, w in busy.values()]
+        deadlines = [deadline(w, self.limits) - now for _, w in busy.values()]
         return max(0.0, min(deadlines, default=0.5))
-
-    def _deadline(self, w: WorkerProcess) -> float:
-        total = w.began + self.limits.rollout_timeout_s
-        if w.tool is not None:
-            return min(total, w.tool_began + self.limits.tool_timeout_s)
-        return total if w.request is not None else min(total, w.resumed + self.limits.step_timeout_s)
-
-    def _overdue(self, w: WorkerProcess) -> str | None:
-        now = time.monotonic()
-        if now - w.began > self.limits.rollout_timeout_s:
-            return f"timeout: rollout ran over {self.limits.rollout_timeout_s:g}s"
-        if w.tool is not None:
-            if now - w.tool_began > self.limits.tool_timeout_s:
-                return f"timeout: tool {w.tool_name} ran over {self.limits.tool_timeout_s:g}s"
-            return None
-        if w.request is None and now - w.resumed > self.limits.step_timeout_s:
-            return f"timeout: harness computed {self.limits.step_timeout_s:g}s without a model or tool call"
-        return None
 
     def _finish(self, w: WorkerProcess, busy: dict, fd: int) -> Rollout:
         self._cancel_model(w)
@@ -424,9 +412,14 @@ class RolloutRunner:
         del busy[fd]
         if rollout.error is None and w.verify:
             try:
-                rollout.reward = float(self.domain.verify(w.task, rollout.answer, w.toolbox))
+                reward = float(self.domain.verify(w.task, rollout.answer, w.toolbox))
             except Exception as exc:  # noqa: BLE001 - a harness-chosen answer must not crash the run
                 rollout.error = f"verify: the verifier raised {type(exc).__name__}: {str(exc)[:300]}"
+            else:
+                if 0.0 <= reward <= 1.0:  # NaN fails this too
+                    rollout.reward = reward
+                else:
+                    rollout.error = f"verify: the verifier returned {reward!r}, outside [0, 1]"
         rollout.timings["wall_s"] = time.monotonic() - w.began
         w.rollout, w.toolbox, w.task, w.served = None, None, None, w.served + 1
         reusable = rollout.error is None or rollout.error.startswith(REUSABLE_AFTER)

@@ -1,13 +1,13 @@
-"""A seccomp-bpf filter a sandbox worker installs on itself before harness code runs: the OS wall behind
-the Python layers. A harness that gets around every Python-level check (the audit hook switched off with
-ctypes, say) still cannot open a socket of any family, send or receive on one, start a program, fork,
-trace or read another process's memory, or reach the kernel's rarer attack surface (bpf, io_uring, user
-namespaces, keyrings, module loading). Each refused call fails with EPERM, so the harness sees an
-ordinary PermissionError and its rollout fails with a reason.
+"""A seccomp-bpf filter the worker launcher installs before it starts the worker's Python: the OS wall
+behind the Python layers. A harness that gets around every Python-level check still cannot open a socket
+of any family, send or receive on one, start a program, fork, trace or read another process's memory,
+or reach the kernel's rarer attack surface (bpf, io_uring, user namespaces, keyrings, module loading).
+Each refused call fails with EPERM, so the harness sees an ordinary PermissionError and its rollout
+fails with a reason.
 
 The filter is a deny-list over syscall numbers for x86-64, written here as classic BPF (no libseccomp
-binding needed: the worker already reaches prctl through ctypes for Landlock). Any other architecture,
-and the x32 ABI, is killed outright rather than allowed through numbers this table does not know.
+binding needed: the launcher reaches prctl through ctypes anyway). Any other architecture, and the x32
+ABI, is killed outright rather than allowed through numbers this table does not know.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ RET_KILL_PROCESS, RET_ALLOW, RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
 EPERM = 1
 # classic BPF opcodes
 LD_W_ABS, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06
+ARG3 = 16 + 3 * 8  # offset of seccomp_data.args[3]
 
 
 class SockFilter(ctypes.Structure):
@@ -51,15 +52,26 @@ class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
 
 
-def program(denied: list[int]) -> list[tuple[int, int, int, int]]:
+def program(denied: list[int], exec_key: int = 0) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions: check the architecture, refuse x32, then EPERM for
-    each denied number and allow the rest."""
+    each denied number and allow the rest. With an `exec_key`, an execve whose fourth argument (a register
+    the kernel does not read for execve) holds that 64-bit key is allowed: the launcher's own, once."""
     head = [
         (LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
         (JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
         (RET_K, 0, 0, RET_KILL_PROCESS),
         (LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
     ]
+    if exec_key:
+        head += [
+            (JEQ_K, 0, 6, DENIED["execve"]),
+            (LD_W_ABS, 0, 0, ARG3),  # the key's low word (little-endian)
+            (JEQ_K, 0, 3, exec_key & 0xFFFFFFFF),
+            (LD_W_ABS, 0, 0, ARG3 + 4),
+            (JEQ_K, 0, 1, exec_key >> 32),
+            (RET_K, 0, 0, RET_ALLOW),
+            (RET_K, 0, 0, RET_ERRNO | EPERM),
+        ]
     checks = [(JGE_K, 0, 0, X32_SYSCALL_BIT), *((JEQ_K, 0, 0, nr) for nr in denied)]
     deny_at = len(checks) + 1  # after the checks and the allow: the deny return
     body = [(code, deny_at - i - 1, 0, k) for i, (code, _, _, k) in enumerate(checks)]
@@ -70,12 +82,15 @@ def supported() -> bool:
     return platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
 
 
-def install() -> None:
-    """Install the filter on this process (and every thread and child it would have). Raises OSError when
-    the kernel refuses, RuntimeError on an architecture the table does not cover."""
+def install(exec_key: int = 0) -> None:
+    """Install the filter on this process (and every thread and child it would have, and every program
+    it executes). Raises OSError when the kernel refuses, RuntimeError on an architecture the table does
+    not cover."""
     if not supported():
         raise RuntimeError(f"seccomp filter written for x86-64, not {platform.machine()}")
-    code = program(sorted(DENIED.values()))
+    if not 0 <= exec_key < 1 << 64:
+        raise ValueError("the exec key is a 64-bit number")
+    code = program(sorted(DENIED.values()), exec_key)
     filters = (SockFilter * len(code))(*(SockFilter(*insn) for insn in code))
     prog = SockFprog(len(code), filters)
     libc = ctypes.CDLL(None, use_errno=True)

@@ -1,16 +1,19 @@
 """Sandbox worker: runs untrusted harness code, one rollout at a time, in a process of its own.
 
-Started by `RolloutRunner` as `python -m whale.harness.worker`. It talks to the parent with length-prefixed
-JSON frames on private copies of stdin/stdout (never pickle: the parent must not unpickle untrusted
-bytes), then points fds 0-2 at /dev/null and confines itself before any harness code runs. Layers, from
-the operating system inwards:
+Started by `RolloutRunner` through the launcher (launcher.py), which applies the OS layers and then
+becomes `python -m whale.harness.worker`: so this process never loads ctypes. It talks to the parent with
+length-prefixed JSON frames on private copies of stdin/stdout (never pickle: the parent must not unpickle
+untrusted bytes), then points fds 0-2 at /dev/null and adds its own layers before any harness code runs.
+Layers, from the operating system inwards:
 
-  Landlock     no filesystem writes anywhere; reads only beneath the Python standard library and of the
-               module files already loaded; no TCP bind or connect (ABI 4+); no abstract unix sockets or
-               signals outside the sandbox (ABI 6+). Where Landlock is missing the hello frame says so and
-               the parent warns (`sandbox_status_problems`, `report_degraded`).
-  privileges   a worker started as root switches to nobody, so the rlimits below bind (RLIMIT_NPROC
-               does not apply to root) and file permissions apply.
+  namespace    a network namespace of its own, whose loopback is down (the launcher's).
+  Landlock     no filesystem writes; reads of exactly the files this Python loaded while it started; no
+               TCP bind or connect (ABI 4+); no abstract unix sockets or signals outside the sandbox (ABI
+               6+). Where Landlock is missing the hello frame says so and the parent warns
+               (`sandbox_status_problems`, `report_degraded`).
+  privileges   a worker started as root runs as nobody, so the rlimits below bind (RLIMIT_NPROC does not
+               apply to root) and file permissions apply.
+  seccomp      no sockets, no new programs or processes, no tracing (seccomp.py).
   rlimits      address space, CPU seconds, no file growth, no new processes or threads, no new fds.
   audit hook   refuses file, process, socket, import, thread-state and frame-introspection events. Its
                rules are constants in its code and its record is bound as a default argument, so nothing
@@ -41,7 +44,7 @@ import types
 import warnings
 from typing import Any
 
-from whale.harness.confine import confine, die_with_parent, forbid_system_access, limit_resources
+from whale.harness.confine import forbid_system_access, launched_status, limit_resources, startup_files
 from whale.harness.restricted import (
     LAZY_DEPENDENCIES,
     MAX_LOG_CHARS,
@@ -333,9 +336,9 @@ def ignore_unraisable(unraisable: Any) -> None:
 
 
 def main() -> None:
-    memory_mb, cpu_s = int(sys.argv[1]), int(sys.argv[2])
-    one_shot = len(sys.argv) > 3 and sys.argv[3] == "--exec"
-    die_with_parent()
+    parent = int(os.environ.get("WHALE_PARENT_PID", "0"))
+    if parent and os.getppid() != parent:
+        return  # the parent is already gone
     # A warning, or an exception raised in a finalizer, would be printed with its source line: reading
     # it is refused, and would count against an innocent harness.
     warnings.simplefilter("ignore")
@@ -343,14 +346,21 @@ def main() -> None:
     public = {name: public_attributes(__import__(name)) for name in PRELOADED}
     for name in LAZY_DEPENDENCIES:
         __import__(name)
+    if sys.argv[1] == "--probe":  # the launcher asks what a worker reads while it starts
+        print(json.dumps(startup_files()))
+        return
+    memory_mb, cpu_s = int(sys.argv[1]), int(sys.argv[2])
+    one_shot = len(sys.argv) > 3 and sys.argv[3] == "--exec"
+    for fd in os.environ.get("WHALE_ROOT_FDS", "").split(","):
+        if fd:
+            os.close(int(fd))  # the folders it started from: nothing is read from them any more
+    status = launched_status()
     channel = Channel(os.dup(0), os.dup(1))
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    highest_fd = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-    status = confine()
-    limit_resources(memory_mb, cpu_s, highest_fd)
+    limit_resources(memory_mb, cpu_s, max(channel.r.fileno(), channel.w.fileno()))
     sys.setrecursionlimit(RECURSION_LIMIT)
     seen: list[str] = []
     watched = snapshot_shared_state()

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import select
 import signal
 import struct
 import subprocess
-import sys
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from whale.harness.calls import RolloutJob
-from whale.harness.confine import SWITCHES
+from whale.harness.calls import RolloutJob, RunnerLimits
+from whale.harness.launcher import worker_command
 from whale.harness.records import Rollout, ToolCall
 from whale.harness.restricted import MAX_LOG_CHARS, MAX_LOG_ENTRIES
 from whale.harness.task import Task, Toolbox
@@ -57,27 +56,31 @@ class WorkerProcess:
     tool_began: float = 0.0
 
 
+def owner_of(job: RolloutJob, splits_of: dict[str, str]) -> str:
+    """Who a worker belongs to: one candidate (its id and code) on the tasks of one split. So a harness
+    that got past the Python layers can leave no implant for another candidate, and nothing it saw of one
+    split's tasks (test inputs, say) can reach the traces of another's (search, which a proposer reads)."""
+    source = hashlib.sha256(job.harness.source.encode("utf-8", "replace")).hexdigest()[:16]
+    return f"{splits_of.get(job.task.id, '')}:{job.harness.id}:{source}"
+
+
+def splits_by_task(domain: Any) -> dict[str, str]:
+    """Task id -> the names of the domain's splits that hold it ("+"-joined); none for a domain without
+    splits, or a task of none (a user's question to a deployed agent)."""
+    held: dict[str, set[str]] = {}
+    splits = getattr(domain, "splits", None)
+    for name, tasks in (splits() if callable(splits) else {}).items():
+        for task in tasks:
+            held.setdefault(task.id, set()).add(name)
+    return {tid: "+".join(sorted(names)) for tid, names in held.items()}
+
+
 def spawn_worker(memory_mb: int, cpu_s: int) -> WorkerProcess:
-    """A fresh sandbox worker process (`python -m whale.harness.worker`) in its own session."""
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-        "WHALE_PARENT_PID": str(os.getpid()),
-    }
-    for switch in SWITCHES:
-        if os.environ.get(switch):
-            env[switch] = os.environ[switch]
+    """A fresh sandbox worker process (launcher.py, then `python -m whale.harness.worker`) in its own
+    session."""
+    argv, env = worker_command(memory_mb, cpu_s)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-s",
-            "-m",
-            "whale.harness.worker",
-            str(memory_mb),
-            str(cpu_s),
-        ],
+        argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -90,6 +93,28 @@ def spawn_worker(memory_mb: int, cpu_s: int) -> WorkerProcess:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     os.set_blocking(fd, False)
     return WorkerProcess(proc)
+
+
+def deadline(w: WorkerProcess, limits: RunnerLimits) -> float:
+    """When this worker's current wait runs out (monotonic seconds)."""
+    total = w.began + limits.rollout_timeout_s
+    if w.tool is not None:
+        return min(total, w.tool_began + limits.tool_timeout_s)
+    return total if w.request is not None else min(total, w.resumed + limits.step_timeout_s)
+
+
+def overdue(w: WorkerProcess, limits: RunnerLimits) -> str | None:
+    """Why this worker has run over one of its clocks, if it has."""
+    now = time.monotonic()
+    if now - w.began > limits.rollout_timeout_s:
+        return f"timeout: rollout ran over {limits.rollout_timeout_s:g}s"
+    if w.tool is not None:
+        if now - w.tool_began > limits.tool_timeout_s:
+            return f"timeout: tool {w.tool_name} ran over {limits.tool_timeout_s:g}s"
+        return None
+    if w.request is None and now - w.resumed > limits.step_timeout_s:
+        return f"timeout: harness computed {limits.step_timeout_s:g}s without a model or tool call"
+    return None
 
 
 def send_frame(w: WorkerProcess, msg: dict[str, Any], wait_s: float = 0.0) -> bool:
