@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -136,10 +137,30 @@ def test_domains_eval_and_harness_check_commands(tmp_path):
     assert crash.returncode == 1 and "ZeroDivisionError" in crash.stdout
 
 
-def test_gym_scores_prints_the_seed_score_per_dataset_and_refuses_unsupported_ones():
+def test_gym_scores_prints_the_seed_score_per_dataset_and_refuses_unsupported_ones(tmp_path):
     pytest.importorskip("reasoning_gym")
+    out = tmp_path / "scores.json"
     proc = whale("gym-scores", "--preset", "tiny", "--datasets", "basic_arithmetic,boxnet", "--k", "1",
-                 "--tasks", "2")  # fmt: skip
+                 "--tasks", "2", "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if line.count("│") >= 4}
+    rows = {line.split("│")[1].strip(): line for line in proc.stdout.splitlines() if line.count("│") >= 5}
     assert "mean@1" not in rows and "[" in rows["basic_arithmetic"] and "refused: " in rows["boxnet"]
+    assert any(line.startswith("basic_arithmetic: ") for line in proc.stdout.splitlines())  # as it goes
+    saved = json.loads(out.read_text())
+    scored = saved["datasets"]["basic_arithmetic"]
+    assert (saved["tasks"], saved["k"]) == (2, 1) and 0.0 <= scored["mean"] <= 1.0 and scored["commit"]
+    assert (
+        set(saved["datasets"]) == {"basic_arithmetic", "boxnet"} and "refused" in saved["datasets"]["boxnet"]
+    )
+    again = whale("gym-scores", "--preset", "tiny", "--datasets", "basic_arithmetic,chain_sum", "--k", "1",
+                  "--tasks", "2", "--out", str(out))  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    lines = again.stdout.splitlines()
+    assert not any(line.startswith("basic_arithmetic: ") for line in lines)  # kept from the first call
+    assert any(line.startswith("chain_sum: ") for line in lines)
+    assert json.loads(out.read_text())["datasets"]["basic_arithmetic"] == scored
+    other = tmp_path / "other.json"
+    other.write_text('{"runs": []}')
+    refused = whale("gym-scores", "--preset", "tiny", "--datasets", "chain_sum", "--out", str(other))
+    assert_user_error(refused, f"--out {other}: not a gym-scores file")
+    assert other.read_text() == '{"runs": []}'

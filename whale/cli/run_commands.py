@@ -125,11 +125,19 @@ def gym_scores(
     tasks: Annotated[int, typer.Option(help="Test tasks per dataset.")] = 16,
     low: Annotated[float, typer.Option(help="Lower end of the range a study picks from.")] = 0.02,
     high: Annotated[float, typer.Option(help="Upper end of that range.")] = 0.40,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="JSON file of the scores, written after each dataset; datasets already in it are kept."
+        ),
+    ] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.sub=value.")] = None,
 ) -> None:
     """The seed harness's test mean@k on each reasoning-gym dataset under the configured model, so that a
     study can pick families by a rule ("between 0.02 and 0.40": off the floor, not already solved)."""
     from whale.core.config import ConfigError, load_config
+    from whale.core.files import atomic_write_json
+    from whale.core.provenance import code_version
     from whale.domains.gym import UNSUPPORTED, ReasoningGymDomain, gym_datasets
     from whale.run.evaluation import score_rollouts
 
@@ -138,10 +146,10 @@ def gym_scores(
         if datasets
         else [n for n in gym_datasets() if n not in UNSUPPORTED]
     )
-    table = Table(title=f"seed harness on reasoning-gym (test, {tasks} tasks, k={k})")
-    for col in ("dataset", f"mean@{k} [95% CI]", f"pass@{k}", f"in [{low:g}, {high:g}]"):
-        table.add_column(col)
+    rows = gym_rows(out, tasks, k)
     for name in names:
+        if name in rows:
+            continue
         sizes = f"domain.sizes={{train: 1, search: 1, val: 1, test: {tasks}}}"
         overrides = ["domain=reasoning-gym", f"domain.options.dataset={name}", sizes, *(set_ or [])]
         try:
@@ -151,17 +159,46 @@ def gym_scores(
             ).seed_harness()
             found, by_name = run_harnesses(cfg, {"seed": seed}, "test", k, name)
         except (ConfigError, ValueError) as exc:
-            table.add_row(name, f"refused: {str(exc)[:80]}", "-", "-")
-            continue
-        score = score_rollouts(by_name["seed"], found)
-        inside = "yes" if low <= score.mean <= high else "no"
-        table.add_row(
-            name,
-            f"{score.mean:.3f} [{score.ci_low:.3f}, {score.ci_high:.3f}]",
-            f"{score.pass_at_k:.3f}",
-            inside,
-        )
+            rows[name] = {"refused": str(exc)[:200]}
+        else:
+            score = score_rollouts(by_name["seed"], found)
+            rows[name] = {
+                "mean": score.mean,
+                "ci": [score.ci_low, score.ci_high],
+                "pass_at_k": score.pass_at_k,
+            }
+            rows[name].update(solved=score.solved, commit=code_version())
+        console.print(f"{name}: {gym_cells(rows[name], low, high)}", highlight=False)
+        if out is not None:
+            atomic_write_json(out, {"tasks": tasks, "k": k, "low": low, "high": high, "datasets": rows})
+    table = Table(title=f"seed harness on reasoning-gym (test, {tasks} tasks, k={k})")
+    for col in ("dataset", f"mean@{k} [95% CI]", f"pass@{k}", "solved", f"in [{low:g}, {high:g}]"):
+        table.add_column(col)
+    for name in names:
+        table.add_row(name, *gym_cells(rows[name], low, high).split(" | "))
     console.print(table)
+
+
+def gym_rows(out: Path | None, tasks: int, k: int) -> dict[str, dict]:
+    """The datasets an earlier `gym-scores --out` run already scored with these sizes (resume)."""
+    import json
+
+    if out is None or not out.is_file():
+        return {}
+    try:
+        earlier = json.loads(out.read_text())
+        same = (earlier["tasks"], earlier["k"]) == (tasks, k)
+        return dict(earlier["datasets"]) if same else {}
+    except (ValueError, KeyError, TypeError):
+        raise user_error(f"--out {out}: not a gym-scores file; choose another path") from None
+
+
+def gym_cells(row: dict, low: float, high: float) -> str:
+    if "refused" in row:
+        return f"refused: {row['refused'][:80]} | - | - | -"
+    inside = "yes" if low <= row["mean"] <= high else "no"
+    mean = f"{row['mean']:.3f} [{row['ci'][0]:.3f}, {row['ci'][1]:.3f}]"
+    return f"{mean} | {row['pass_at_k']:.3f} | {row['solved']:.3f} | {inside}"
 
 
 @app.command("eval")
