@@ -87,7 +87,7 @@ def test_every_method_gets_the_same_rule_from_the_config(method):
 def test_both_search_steps_decide_through_the_settings_rule(tmp_path, runner, many):
     archive, seed, ev = seeded(tmp_path, runner, many)
     rule = CountingAcceptance(Race())
-    settings = SearchSettings(1, 1, 1, 0.05, "", population=2, acceptance=rule)
+    settings = SearchSettings(1, 1, 1, "", population=2, acceptance=rule)
     harness_step(runner, archive, ListProposer([WRONG + "\nA = 1\n"]), seed, ev, many.tasks, settings, 0)
     population_step(runner, archive, ListProposer([WRONG + "\nB = 1\n"]), [ev], many.tasks, settings, 1)
     assert rule.calls == [["c0001"], ["c0002"]]
@@ -97,7 +97,7 @@ def test_a_race_winner_is_completed_on_the_tasks_the_race_did_not_reach(tmp_path
     archive, seed, ev = seeded(tmp_path, runner, many)
     result = harness_step(
         runner, archive, ListProposer([many.seed_harness()]), seed, ev, many.tasks,
-        SearchSettings(1, 1, 1, 0.05, "", acceptance=Race()), 0,
+        SearchSettings(1, 1, 1, "", acceptance=Race()), 0,
     )  # fmt: skip
     assert result.accepted and "after 16 tasks" in result.reason  # looks at 4, 8, 16, 24 tasks
     assert result.decision_rollouts == 16
@@ -105,7 +105,7 @@ def test_a_race_winner_is_completed_on_the_tasks_the_race_did_not_reach(tmp_path
     assert len(result.rollouts) == 1 + 16 + 8  # smoke, race, completion
     again = harness_step(
         runner, archive, ListProposer([many.seed_harness() + "\nC = 1\n"]), result.incumbent,
-        result.incumbent_eval, many.tasks, SearchSettings(1, 1, 1, 0.05, "", acceptance=Race()), 1,
+        result.incumbent_eval, many.tasks, SearchSettings(1, 1, 1, "", acceptance=Race()), 1,
     )  # fmt: skip
     assert not again.accepted and again.incumbent.id == result.incumbent.id
 
@@ -114,7 +114,7 @@ def test_a_race_the_budget_cannot_pay_for_ends_undecided_within_it(tmp_path, run
     """The run's last unit is cut to fit: the race stops before the look it cannot pay for, accepts
     nothing (stopping early only removes chances to pass) and says so."""
     archive, seed, ev = seeded(tmp_path, runner, many)
-    settings = SearchSettings(1, 1, 1, 0.05, "", acceptance=Race())
+    settings = SearchSettings(1, 1, 1, "", acceptance=Race())
     proposer = ListProposer([many.seed_harness()])
     result = harness_step(runner, archive, proposer, seed, ev, many.tasks, settings, 0, room=1 + 8 + 7)
     assert result.cut and not result.accepted and result.incumbent.id == "c0000"
@@ -148,7 +148,7 @@ def test_argmax_takes_any_higher_mean_and_no_tie(tmp_path, runner, many):
 
 def test_a_population_leader_changes_only_by_the_rule(tmp_path, runner, many):
     archive, seed, ev = seeded(tmp_path, runner, many, many.seed_harness())
-    settings = SearchSettings(1, 1, 1, 0.05, "", population=2, acceptance=Race())
+    settings = SearchSettings(1, 1, 1, "", population=2, acceptance=Race())
     result = population_step(
         runner, archive, ListProposer([many.seed_harness() + "\nE = 1\n"]), [ev], many.tasks, settings, 0
     )
@@ -160,7 +160,7 @@ def test_a_population_leader_changes_only_by_the_rule(tmp_path, runner, many):
 def test_a_prompts_only_population_refuses_a_child_that_changes_code(tmp_path, runner, many):
     """Fast-Slow's children may reword string constants only, whatever proposer wrote them."""
     archive, seed, ev = seeded(tmp_path, runner, many)
-    settings = SearchSettings(2, 1, 1, 0.05, "", population=2, acceptance=Race(), prompts_only=True)
+    settings = SearchSettings(2, 1, 1, "", population=2, acceptance=Race(), prompts_only=True)
     reworded, recoded = WRONG.replace('"guess"', '"guess a number"'), WRONG.replace('"0"', '"1"[::-1]')
     proposer = ListProposer([reworded, recoded])
     result = population_step(runner, archive, proposer, [ev], many.tasks, settings, 0)
@@ -184,7 +184,7 @@ def test_a_promising_challenger_is_extended_with_the_incumbent_on_fresh_samples(
         )
         result = harness_step(
             runner, archive, ListProposer([three]), seed, ev, domain.tasks,
-            SearchSettings(1, 1, 1, 0.05, "", acceptance=Race()), 0,
+            SearchSettings(1, 1, 1, "", acceptance=Race()), 0,
         )  # fmt: skip
     finally:
         runner.close()

@@ -81,7 +81,7 @@ def test_search_iteration_records_invalid_and_failed_candidates_and_accepts_a_be
     proposer = ListProposer([INVALID, CRASHES, add_domain.seed_harness()])
     result = harness_step(
         runner, archive, proposer, incumbent, inc_eval, tasks,
-        SearchSettings(3, 1, 2, 0.05, "", acceptance=Paired()), 0,
+        SearchSettings(3, 1, 2, "", acceptance=Paired()), 0,
     )  # fmt: skip
     (parents, seen, n), *_ = proposer.calls
     assert parents[0] == "c0000" and n == 3 and len(seen) == 1
@@ -120,7 +120,7 @@ def test_search_iteration_keeps_the_incumbent_when_no_challenger_is_better(tmp_p
     same_score = add_domain.seed_harness() + "\n\nUNUSED = 1\n"
     result = harness_step(
         runner, archive, ListProposer([same_score, WRONG]), good, inc_eval, add_domain.tasks,
-        SearchSettings(2, 1, 1, 0.05, "", acceptance=Paired()), 0,
+        SearchSettings(2, 1, 1, "", acceptance=Paired()), 0,
     )  # fmt: skip
     assert not result.accepted and result.incumbent.id == "c0000" and result.incumbent_eval is inc_eval
     assert result.reason.startswith("c0001 vs c0000: rejected")
@@ -138,7 +138,7 @@ def test_search_iteration_with_only_invalid_candidates_still_completes(tmp_path,
     broken = "def run(task, llm, tools)\n    return '1'\n"
     result = harness_step(
         runner, archive, ListProposer([INVALID, broken]), good, inc_eval, add_domain.tasks,
-        SearchSettings(2, 1, 2, 0.05, ""), 0,
+        SearchSettings(2, 1, 2, ""), 0,
     )  # fmt: skip
     assert not result.accepted and result.reason == "no valid challenger" and result.rollouts == []
     assert [archive.meta(c)["status"] for c in ("c0001", "c0002")] == ["invalid", "invalid"]
@@ -146,7 +146,7 @@ def test_search_iteration_with_only_invalid_candidates_still_completes(tmp_path,
     # the next iteration reads an archive holding unparsable code and carries on
     again = harness_step(
         runner, archive, ListProposer([WRONG]), good, inc_eval, add_domain.tasks,
-        SearchSettings(1, 1, 1, 0.05, "", acceptance=Paired()), 1,
+        SearchSettings(1, 1, 1, "", acceptance=Paired()), 1,
     )  # fmt: skip
     assert archive.ids()[-1] == "c0003" and not again.accepted
     assert archive.meta("c0003")["status"] == "rejected"
@@ -168,7 +168,7 @@ def test_population_iteration_keeps_the_top_members_and_records_who_was_dropped(
     proposer = ListProposer([good, INVALID, good + "\n\nUNUSED = 2\n"])
     result = population_step(
         runner, archive, proposer, [seed_eval], add_domain.tasks,
-        SearchSettings(3, 1, 1, 0.05, "", population=2, acceptance=Argmax()), 0,
+        SearchSettings(3, 1, 1, "", population=2, acceptance=Argmax()), 0,
     )  # fmt: skip
     assert [e.candidate_id for e in result.population] == ["c0001", "c0003"]  # both 1.0; c0000 scored 0
     assert [e.mean for e in result.population] == [1.0, 1.0]
@@ -180,7 +180,7 @@ def test_population_iteration_keeps_the_top_members_and_records_who_was_dropped(
     assert len(result.rollouts) == 2 + 2 * len(add_domain.tasks)
     again = population_step(
         runner, archive, ListProposer([WRONG + "\nX = 1\n"]), result.population, add_domain.tasks,
-        SearchSettings(1, 1, 1, 0.05, "", population=2, acceptance=Argmax()), 0,
+        SearchSettings(1, 1, 1, "", population=2, acceptance=Argmax()), 0,
     )  # fmt: skip
     assert [e.candidate_id for e in again.population] == ["c0001", "c0003"]
     assert archive.meta("c0004")["status"] == "dropped"
@@ -195,7 +195,7 @@ def test_duplicate_code_is_recorded_and_not_run_again(tmp_path, runner, add_doma
     good = add_domain.seed_harness()
     result = harness_step(
         runner, archive, ListProposer([reworded, good, good + "\n# trailing comment\n"]), seed, seed_eval,
-        add_domain.tasks, SearchSettings(3, 1, 1, 0.05, "", acceptance=Paired()), 0,
+        add_domain.tasks, SearchSettings(3, 1, 1, "", acceptance=Paired()), 0,
     )  # fmt: skip
     assert archive.meta("c0001") | {"status": "duplicate"} == archive.meta("c0001")
     assert archive.meta("c0001")["reason"] == "same code as c0000"
@@ -212,7 +212,7 @@ def test_a_race_accepts_a_clearly_better_challenger_and_drops_one_that_cannot_pa
     archive.add(seed, status="seed")
     tasks = add_domain.tasks
     seed_eval, _ = evaluate_candidate(runner, archive, seed, tasks, 1)
-    settings = SearchSettings(2, 1, 1, 0.05, "", acceptance=Race())
+    settings = SearchSettings(2, 1, 1, "", acceptance=Race())
     proposer = ListProposer([WRONG + "\nX = 1\n", add_domain.seed_harness()])
     result = harness_step(runner, archive, proposer, seed, seed_eval, tasks, settings, 0)
     assert result.accepted and result.incumbent.id == "c0002" and result.incumbent_eval.mean == 1.0
@@ -231,7 +231,7 @@ def test_a_race_rejects_a_challenger_that_only_ties_the_incumbent(tmp_path, runn
     good = HarnessCandidate("c0000", add_domain.seed_harness(), None, "seed", "seed")
     archive.add(good, status="seed")
     inc_eval, _ = evaluate_candidate(runner, archive, good, add_domain.tasks, 1)
-    settings = SearchSettings(1, 1, 1, 0.05, "", acceptance=Race())
+    settings = SearchSettings(1, 1, 1, "", acceptance=Race())
     result = harness_step(
         runner, archive, ListProposer([add_domain.seed_harness() + "\n\nUNUSED = 1\n"]), good, inc_eval,
         add_domain.tasks, settings, 0,

@@ -34,7 +34,6 @@ class SearchSettings:
     candidates: int  # challengers proposed per iteration
     rollouts_per_task: int  # on the search split, per candidate
     smoke_tasks: int  # tasks a candidate must run on without failing before its evaluation
-    alpha: float  # the acceptance test's level (also inside `acceptance`)
     brief: str  # what the proposer reads about the domain
     population: int = 1  # fast-slow: members kept
     acceptance: Acceptance = field(default_factory=lambda: build_acceptance("race", 0.05))
@@ -48,7 +47,6 @@ class SearchSettings:
             s.candidates_per_iter,
             s.rollouts_per_task,
             s.smoke_tasks,
-            s.alpha,
             brief,
             population,
             build_acceptance(s.acceptance, s.alpha),
