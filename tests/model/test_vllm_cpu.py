@@ -259,19 +259,30 @@ def perturb(module: torch.nn.Module, names: tuple[str, ...], scale: float, seed:
 
 
 def test_weight_syncs_serve_the_new_weights_and_no_stale_cache(vllm_engine, reference, embedded_lora):
-    """After a LoRA hot swap and after a full-weight reload, greedy replies equal the reference engine's on
-    the trainer's current weights, for a prompt whose prefix vLLM cached under the old weights."""
+    """After a LoRA hot swap, a merged LoRA reload (the CPU's default) and a full-weight reload, greedy
+    replies equal the reference engine's on the trainer's current weights, for a prompt whose prefix vLLM
+    cached under the old weights."""
     model, tokenizer = embedded_lora
     prompt = [GenerationRequest(question(vllm_engine.tokenizer), GREEDY)]
     old = vllm_engine.generate(prompt, seed=0)[0]
     lora_state = {k: v.clone() for k, v in model.state_dict().items() if "lora_" in k}
+    assert vllm_engine.merge is True  # lora_serving "auto" on the CPU
     try:
+        vllm_engine.merge = False
         perturb(model, ("lora_A", "lora_B"), 0.2, seed=1)  # B starts at zero; A from the global RNG
         vllm_engine.weights_version = "w-lora"
         swapped = vllm_engine.generate(prompt, seed=0)[0]
         assert vllm_engine.lora is not None
         assert swapped.completion_ids == reference.generate(prompt, seed=0)[0].completion_ids
         assert swapped.completion_ids != old.completion_ids
+
+        vllm_engine.merge = True
+        perturb(model, ("lora_A", "lora_B"), 0.2, seed=3)
+        vllm_engine.weights_version = "w-merged"
+        merged = vllm_engine.generate(prompt, seed=0)[0]
+        assert vllm_engine.lora is None  # full weights with the adapter added in
+        assert merged.completion_ids == reference.generate(prompt, seed=0)[0].completion_ids
+        assert merged.completion_ids not in (swapped.completion_ids, old.completion_ids)
 
         full = copy.deepcopy(model.get_base_model())  # peft's base; its LoRA layers are still inside
         plain = full.__class__(full.config)

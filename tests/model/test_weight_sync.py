@@ -54,6 +54,27 @@ def test_full_weights_are_a_state_dict_that_reproduces_the_trained_model(tmp_pat
     assert torch.equal(logits(fresh, ids), logits(trainer.model, ids))
 
 
+def test_merged_lora_weights_are_the_base_plus_the_adapter_and_leave_the_model_alone(
+    tmp_path, make_tiny, tokenizer
+):
+    import copy
+
+    trainer = trained(make_tiny, tokenizer, lora=True)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    assert save_for_serving(trainer.model, tmp_path / "m", merge=True) == "full"
+    state = load_file(str(tmp_path / "m" / FULL_WEIGHTS_FILE))
+    peft_merged = copy.deepcopy(trainer.model).merge_and_unload().state_dict()
+    assert set(state) == set(peft_merged) - {"lm_head.weight"}  # the base's own names, tied head once
+    assert all(torch.allclose(state[k], peft_merged[k], atol=1e-6) for k in state)
+    changed = [k for k in state if not torch.equal(state[k], make_tiny(0).state_dict()[k])]
+    assert changed and all(k.endswith("proj.weight") for k in changed)  # the LoRA targets, nothing else
+    assert all(torch.equal(v, trainer.model.state_dict()[k]) for k, v in before.items())  # untouched
+    fresh = make_tiny(0)
+    fresh.load_state_dict(state, strict=False)
+    ids = tokenizer.encode("Name a fruit.")
+    assert torch.allclose(logits(fresh, ids), logits(trainer.model, ids), atol=1e-4)
+
+
 def test_the_model_folder_is_where_the_base_came_from(tmp_path, make_tiny, tokenizer):
     with pytest.raises(ValueError, match="not loaded from a local folder"):
         model_folder(make_tiny(0))

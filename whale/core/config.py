@@ -47,6 +47,9 @@ class VLLMConfig(Section):
     cpu_kvcache_gib: int = Field(2, ge=1)  # CPU only: KV cache memory in GiB, the rest is the trainer's
     kv_cache_tokens: int | None = Field(None, ge=32)  # CPU only: a cap on the KV cache, in tokens
     sync_dir: str | None = None  # where new weights are written for vLLM to load; default: a temp folder
+    # how a LoRA model is served: "adapter" (hot swap), "merged" (full weights with the adapter added in,
+    # reloaded after each step), "auto": merged on the CPU, where an adapter decoded 4.7x slower
+    lora_serving: Literal["auto", "adapter", "merged"] = "auto"
 
 
 class RemoteConfig(Section):

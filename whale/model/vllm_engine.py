@@ -8,10 +8,12 @@ share prefill through vLLM's prefix cache.
 
 Weights follow the trainer without restarting vLLM. When `weights_version` changes (after a weight step,
 or on resume), the next `generate` first writes the trainer's weights (whale.model.weight_sync):
-- LoRA: the adapter folder, served through a new `LoRARequest` with a new integer id (hot swap);
-- full fine-tuning: a safetensors state dict that every vLLM worker loads in place through
-  `collective_rpc("whale_load_weights")` (a worker extension, below), then the prefix cache is reset,
-  since cached keys and values were computed by the old weights.
+- LoRA served as an adapter (`engine.vllm.lora_serving`, on a GPU by default): the adapter folder,
+  served through a new `LoRARequest` with a new integer id (hot swap);
+- full fine-tuning, and LoRA served merged (the default on the CPU, where an adapter slowed decoding
+  4.7x): a safetensors state dict, with the adapter added in, that every vLLM worker loads in place
+  through `collective_rpc("whale_load_weights")` (a worker extension, below).
+Either way the prefix cache is then reset, since cached keys and values were computed by the old weights.
 
 Sampling maps one to one (see `vllm_sampling_kwargs`). Log-probabilities: vLLM's default
 `logprobs_mode="raw_logprobs"` returns log_softmax of the raw logits, i.e. at temperature 1 and before
@@ -207,6 +209,7 @@ class VLLMEngine:
         self.llm = vllm.LLM(**self.settings)
         self.core = self.llm.llm_engine
         self.folders = SyncFolders(cfg.sync_dir)
+        self.merge = cfg.lora_serving == "merged" or (cfg.lora_serving == "auto" and self.cpu)
         self.lora: Any = None  # the LoRARequest now served; None: the base weights
         self.weights_version = weights_version  # set by the experiment after each weight step
         self._served = weights_version  # the version vLLM holds now
@@ -223,7 +226,7 @@ class VLLMEngine:
         if self._live:
             raise RuntimeError("the weights changed while vLLM still had requests of the old weights")
         serial, folder = self.folders.next(self.weights_version)
-        kind = save_for_serving(self.model, folder)
+        kind = save_for_serving(self.model, folder, merge=self.merge)
         if kind == "lora":
             from vllm.lora.request import LoRARequest
 

@@ -37,18 +37,44 @@ def model_folder(model: Any) -> Path:
     return path
 
 
-def save_for_serving(model: Any, folder: Path) -> str:
-    """Write the servable weights into `folder` (created here); returns "lora" or "full"."""
+def save_for_serving(model: Any, folder: Path, merge: bool = False) -> str:
+    """Write the servable weights into `folder` (created here); returns "lora" or "full". With `merge`, a
+    LoRA model is written as full weights with its adapter added in (`merged_state`)."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    if lora_rank(model) is not None:
+    if lora_rank(model) is not None and not merge:
         model.save_pretrained(str(folder))  # adapter_config.json + adapter_model.safetensors
         return "lora"
-    state = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
+    state = merged_state(model) if lora_rank(model) is not None else model.state_dict()
+    state = {name: t.detach().contiguous().cpu() for name, t in state.items()}
     shared = _tied_duplicates(state)
     save_file({k: v for k, v in state.items() if k not in shared}, str(folder / FULL_WEIGHTS_FILE))
     return "full"
+
+
+def merged_state(model: Any) -> dict[str, Any]:
+    """The base model's state dict, under its own names, with each LoRA layer's delta added to its
+    weight; the model itself is left as it is (peft's merge and unmerge in place would drift it). For a
+    server that serves full weights faster than an adapter (vLLM on the CPU)."""
+    import torch
+
+    base = model.get_base_model()
+    deltas: dict[str, Any] = {}
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            if hasattr(module, "get_delta_weight") and not getattr(module, "disable_adapters", False):
+                for adapter in module.active_adapters:
+                    delta = module.get_delta_weight(adapter)
+                    key = f"{name}.weight"
+                    deltas[key] = delta if key not in deltas else deltas[key] + delta
+        state = {}
+        for key, tensor in base.state_dict().items():
+            if "lora_" in key:
+                continue
+            key = key.replace(".base_layer.", ".")
+            state[key] = tensor + deltas[key].to(tensor.dtype) if key in deltas else tensor
+    return state
 
 
 def _tied_duplicates(state: dict[str, Any]) -> set[str]:
