@@ -17,6 +17,7 @@ Python lives where nobody may not go (root's 0700 home).
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import secrets
@@ -37,7 +38,7 @@ SYS_EXECVE = 59
 def worker_command(memory_mb: int, cpu_s: int, one_shot: bool = False) -> tuple[list[str], dict[str, str]]:
     """Parent side: the command and environment that start one sandbox worker (`--exec`: one snippet)."""
     worker = [str(memory_mb), str(cpu_s), *(["--exec"] if one_shot else [])]
-    return _command({"read": loaded_files(), "parent_pid": os.getpid()}, worker)
+    return _command({"read": list(loaded_files()), "parent_pid": os.getpid()}, worker)
 
 
 def _command(settings: dict[str, Any], worker: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -49,20 +50,16 @@ def _command(settings: dict[str, Any], worker: list[str]) -> tuple[list[str], di
     return [*launcher, "--", *worker], env
 
 
-_LOADED: list[list[str]] = []
-
-
-def loaded_files() -> list[str]:
+@functools.cache
+def loaded_files() -> tuple[str, ...]:
     """What a worker's Python reads while it starts (its binary and libraries, each module and its cached
     bytecode): asked once per process of a worker started without any layer, which prints it and exits."""
-    if not _LOADED:
-        argv, env = _command({"probe": True, "parent_pid": os.getpid()}, ["--probe"])
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd="/")
-        if done.returncode != 0:
-            tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-            raise RuntimeError(f"the sandbox worker's start-up probe failed: {tail[0][:300]}")
-        _LOADED.append(json.loads(done.stdout))
-    return list(_LOADED[0])
+    argv, env = _command({"probe": True, "parent_pid": os.getpid()}, ["--probe"])
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd="/")
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        raise RuntimeError(f"the sandbox worker's start-up probe failed: {tail[0][:300]}")
+    return tuple(json.loads(done.stdout))
 
 
 def die_with_parent(parent: int) -> None:
@@ -112,7 +109,7 @@ def isolate_network() -> str:
     return f"no network namespace of its own ({problem})" if problem else ""
 
 
-def restrict_files(read: list[str], status: dict[str, Any]) -> None:
+def restrict_files(read: list[str] | tuple[str, ...], status: dict[str, Any]) -> None:
     """Landlock: reads of `read` only (files, and folders to list) and /dev/null, no writes elsewhere;
     then no TCP."""
     if os.environ.get("WHALE_LANDLOCK", "on") == "off":
@@ -171,7 +168,7 @@ def execute(exe: str, argv: list[str], env: dict[str, str], key: int) -> None:
     raise SystemExit(127)
 
 
-def apply_layers(read: list[str], parent: int) -> tuple[dict[str, Any], int]:
+def apply_layers(read: list[str] | tuple[str, ...], parent: int) -> tuple[dict[str, Any], int]:
     """Every OS layer, in order, on this process; returns the status the worker reports and the exec key."""
     status: dict[str, Any] = {"landlock": 0, "filesystem": False, "network": False, "seccomp": False}
     problem = isolate_network()
