@@ -13,7 +13,8 @@ Layers, from the operating system inwards:
                (`sandbox_status_problems`, `report_degraded`).
   privileges   a worker started as root runs as nobody, so the rlimits below bind (RLIMIT_NPROC does not
                apply to root) and file permissions apply.
-  seccomp      no sockets, no new programs or processes, no tracing (seccomp.py).
+  seccomp      an allowlist of 64 calls and 3 ioctls: no sockets, programs, processes, signals or
+               tracing (seccomp.py).
   rlimits      address space, CPU seconds, no file growth, no new processes or threads, no new fds.
   audit hook   refuses file, process, socket, import, thread-state and frame-introspection events. Its
                rules are constants in its code and its record is bound as a default argument, so nothing
