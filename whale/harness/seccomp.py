@@ -111,7 +111,6 @@ def program(allowed: list[int], exec_key: int = 0, ioctl: list[int] | None = Non
         head += keyed_execve(exec_key)
     if ioctl:
         head += ioctl_requests(ioctl)
-    allowed = [nr for nr in allowed if nr not in (SYS_IOCTL, SYS_EXECVE)]
     if len(allowed) > 250:
         raise ValueError("a jump in classic BPF reaches at most 255 instructions")
     refuse_x32 = (JGE_K, len(allowed), 0, X32_SYSCALL_BIT)  # to DENY, past the checks
