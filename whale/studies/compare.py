@@ -328,6 +328,12 @@ def headers(k: int, reference: str) -> list[str]:
     ]  # fmt: skip
 
 
+def md_table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def per_seed_lines(rows: list[MethodRow]) -> list[str]:
     """Each seed's validation-selected difference against the reference, as a Markdown table."""
     compared = [r for r in rows if r.vs_reference is not None and r.vs_reference.per_seed]
@@ -335,18 +341,17 @@ def per_seed_lines(rows: list[MethodRow]) -> list[str]:
         return []
     n = max(len(r.vs_reference.per_seed) for r in compared)
     head = ["method", *[f"seed {i}" for i in range(n)], "test"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    table = []
     for r in compared:
         cells = [f"{v:+.3f}" for v in r.vs_reference.per_seed] + [""] * (n - len(r.vs_reference.per_seed))
-        lines.append("| " + " | ".join([r.method, *cells, r.vs_reference.test]) + " |")
-    return lines
+        table.append([r.method, *cells, r.vs_reference.test])
+    return md_table(head, table).split("\n")
 
 
 def write_outputs(out: Path, rows: list[MethodRow], k: int, seeds: int) -> Table:
     head = headers(k, rows[0].method)
     atomic_write_json(out / "compare.json", {"k": k, "seeds": seeds, "rows": [asdict(r) for r in rows]})
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(table_cells(r)) + " |" for r in rows]
+    lines = md_table(head, [table_cells(r) for r in rows]).split("\n")
     per_seed = per_seed_lines(rows)
     if per_seed:
         lines += ["", f"Validation-selected test mean@{k} minus {rows[0].method}'s, per seed:", "", *per_seed]

@@ -41,6 +41,9 @@ PHASE_ABLATION = {  # label -> (E weight steps, I search iterations); (2, 1) is 
 }
 
 
+LR_SWEEP = ("1e-4", "3e-4", "1e-3")  # weights.lr under weight-only on math; the presets take the pick
+
+
 STUDIES: tuple[Study, ...] = (
     Study("math", "Math word problems", "results-math", SIX),
     Study("searchqa", "Multi-hop search QA", "results-searchqa", SIX),
@@ -62,6 +65,16 @@ STUDIES: tuple[Study, ...] = (
             folder="math" if (e, i) == (2, 1) else f"math-phases-{label}",
         )
         for label, (e, i) in PHASE_ABLATION.items()
+    ),
+    *(
+        Study(
+            f"math-lr-{lr}",
+            f"Math: weight-only at learning rate {lr}",
+            "results-math",
+            ("weight-only",),
+            overrides=(f"weights.lr={lr}",),
+        )
+        for lr in LR_SWEEP
     ),
 )
 

@@ -43,12 +43,14 @@ from whale.studies.compare import (
     build_rows,
     headers,
     load_comparison,
+    md_table,
     paired_seeds,
     per_seed_lines,
     plot_curves,
     run_all,
     table_cells,
 )
+from whale.studies.lr_sweep import section_lr_sweep
 from whale.studies.plan import PHASE_ABLATION, STUDIES, Study, StudySummary, load_summary, summary_path
 
 # ---- running and summarizing ---------------------------------------------------------------------------
@@ -100,12 +102,6 @@ def run_study(study: Study, runs: Path, docs: Path, console: Console, mixed_comm
 
 
 # ---- rendering -------------------------------------------------------------------------------------------
-
-
-def md_table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def duration(seconds: float) -> str:
@@ -402,7 +398,7 @@ def render(docs: Path, discussion: Path | None = None) -> Path:
         lines += section_comparison(algorithms, docs) + section_weight_steps(algorithms)
     else:
         lines += ["## Math: the weight phase's algorithm", "", "Not run yet (`make results` runs it).", ""]
-    lines += section_phases(docs)
+    lines += section_phases(docs) + section_lr_sweep(docs)
     lines += section_run_time([s for s in summaries.values() if s is not None])
     path = docs / "results.md"
     atomic_write_text(path, "\n".join(lines).rstrip() + "\n")
