@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -132,8 +133,10 @@ def test_complete_tiny_run_writes_the_run_directory(tmp_path):
     state = check_complete_run(out)
     assert state["weight_steps"] >= 2 and state["search_iters"] >= 1
     start = read_jsonl(out / "events.jsonl")[0]  # the defaults: float32 engine and trainer, and why
-    assert start["compute"] == {"engine": "float32 (float32 requested)", "trainer": "float32"}
-    assert "compute: engine float32 (float32 requested); trainer float32" in proc.stdout
+    engine = start["compute"]["engine"]
+    assert re.fullmatch(r"fast float32 \(float32 requested, \d+ torch threads\); engine.kind", engine), engine
+    assert start["compute"]["trainer"] == "float32"
+    assert f"compute: engine {engine}; trainer float32" in proc.stdout
     candidates = state["candidates"]
     assert len(candidates) >= 2  # the search proposed at least one challenger
     for cid in candidates[1:]:

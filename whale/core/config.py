@@ -70,8 +70,9 @@ class EngineConfig(Section):
     """Which generation backend serves model calls (see whale/model/backends.py)."""
 
     # fast: whale's continuous-batching engine (Llama-family models); hf: transformers' forward, any model;
-    # vllm: GPU serving (whale[gpu]); remote: an OpenAI-compatible server (docs/scaling.md)
-    kind: Literal["hf", "fast", "vllm", "remote"] = "fast"
+    # vllm: vLLM on the CPU or GPUs; remote: an OpenAI-compatible server (docs/scaling.md); auto: vllm
+    # where it is installed and the model has a folder, else fast (whale/model/backends.py)
+    kind: Literal["auto", "hf", "fast", "vllm", "remote"] = "fast"
     # fast engine: "auto" takes bfloat16 only where a probe finds it faster than float32 and numerically
     # close (see docs/performance.md); the verdict is in the run's start event and console. Not the
     # default: a timing probe can decide differently between a run and its resume.

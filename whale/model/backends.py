@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from whale.core.config import EngineConfig
 from whale.model.engine import Engine
 
 
+def vllm_installed() -> bool:
+    """Whether `import vllm` would find a package (a blocked import, `sys.modules["vllm"] = None`, is no)."""
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def choose_kind(cfg: EngineConfig, model: Any) -> tuple[str, str]:
+    """The backend `engine.kind` names, and why: "auto" takes vLLM where it is installed and the model
+    has a folder for it to load, otherwise whale's fast engine. Checked without importing vLLM."""
+    if cfg.kind != "auto":
+        return cfg.kind, "engine.kind"
+    if not vllm_installed():
+        return "fast", "auto: vLLM is not installed"
+    from whale.model.weight_sync import model_folder
+
+    try:
+        model_folder(model)
+    except ValueError:
+        return "fast", "auto: the model has no folder for vLLM to load"
+    return "vllm", "auto: vLLM is installed"
+
+
 def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) -> Engine:
     """The engine serving `model`: in place (hf), or following it through weight files (vllm, remote)."""
+    if cfg.kind == "auto":
+        cfg = cfg.model_copy(update={"kind": choose_kind(cfg, model)[0]})
     if cfg.kind == "hf":
         from whale.model.hf_engine import HFEngine
 

@@ -38,7 +38,7 @@ from whale.run.evaluation import (
     points_between,
     start_eval_source,
 )
-from whale.run.preflight import check_engine, check_proposer, resolve_engine_dtype, seed_candidate
+from whale.run.preflight import check_engine, check_proposer, resolve_engine, seed_candidate
 from whale.run.proposing import build_proposer, proposer_spent, record_proposal, search_brief
 from whale.run.rescue_pool import rescue_pool
 from whale.run.rundir import EVALS, EVENTS, SEARCH, TRAIN, RunDir, RunState
@@ -96,7 +96,7 @@ class Experiment:
         train_tasks = len(self.splits["train"])
         self.schedule = build_schedule(cfg.schedule, train_tasks, cfg.rft.tasks_per_step, cfg.seed)
         self.trainer, tokenizer = build_trainer(cfg)
-        engine_cfg, self.engine_dtype = resolve_engine_dtype(cfg, self.trainer.model, tokenizer)
+        engine_cfg, self.engine_summary = resolve_engine(cfg, self.trainer.model, tokenizer)
         self.runner = build_executor(engine_cfg, self.trainer.model, tokenizer, self.domain, self.trainer)
         if resume and not self.dir.is_run():
             raise ConfigError(f"--resume {out}: no state.json there (not a whale run, or it never started)")
@@ -399,7 +399,7 @@ class Experiment:
             next_eval_at=self.cfg.eval.every_rollouts,
             code_versions=with_version(None),
         )
-        compute = {"engine": self.engine_dtype, "trainer": self.trainer.config.dtype}
+        compute = {"engine": self.engine_summary, "trainer": self.trainer.config.dtype}
         self.console.print(f"compute: engine {compute['engine']}; trainer {compute['trainer']}")
         self.dir.append(EVENTS, [events.Start(self.cfg.model_dump(), compute).to_json()])
         self._commit(weights_changed=False, boundary=False)

@@ -77,18 +77,26 @@ def check_engine(cfg: Config) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def resolve_engine_dtype(cfg: Config, model: Any, tokenizer: Any) -> tuple[Config, str]:
-    """The config the engines are built from (a fast engine's "auto" dtype replaced by the probe's
-    choice) and what to log about it. Decided once, in the driver, so every engine of a run agrees."""
-    if cfg.engine.kind == "vllm":
+def resolve_engine(cfg: Config, model: Any, tokenizer: Any) -> tuple[Config, str]:
+    """The config the engines are built from (`engine.kind=auto` and a fast engine's "auto" dtype
+    replaced by what was chosen) and what to log about it: backend, dtype, threads and why. Decided once,
+    in the driver, so every engine of a run agrees."""
+    import torch
+
+    from whale.model.backends import choose_kind
+
+    kind, chosen_by = choose_kind(cfg.engine, model)
+    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"kind": kind})})
+    if kind == "vllm":
         from whale.model.vllm_engine import on_cpu, summary
 
-        return cfg, summary(cfg.engine.vllm, on_cpu())
-    if cfg.engine.kind != "fast":
-        return cfg, f"the model's ({cfg.engine.kind} engine)"
+        return cfg, f"vllm {summary(cfg.engine.vllm, on_cpu())}; {chosen_by}"
+    if kind != "fast":
+        return cfg, f"{kind}, the model's dtype; {chosen_by}"
     from whale.model.dtype_probe import pick_dtype
 
     dtype, why = pick_dtype(model, tokenizer, cfg.engine.dtype)
     name = str(dtype).removeprefix("torch.")
     engine = cfg.engine.model_copy(update={"dtype": name})
-    return cfg.model_copy(update={"engine": engine}), f"{name} ({why})"
+    threads = f"{torch.get_num_threads()} torch threads"
+    return cfg.model_copy(update={"engine": engine}), f"fast {name} ({why}, {threads}); {chosen_by}"
