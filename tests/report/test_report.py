@@ -5,11 +5,9 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RUN_SECTIONS = ("summary", "cost", "curves", "rft", "search", "lineage", "diff", "bottleneck", "points",
                 "accepted", "tasks", "traces", "config")  # fmt: skip
 INJECTION = "<script>alert(1)</script>"
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # one torch thread: tiny model
 VOID = {"meta", "img", "br", "hr", "link", "input", "col", "area", "base", "source", "wbr"}
 
 
@@ -474,17 +471,11 @@ def test_hand_made_comparison_replots_and_links_run_reports(tmp_path):
 # ---- reports of real tiny runs (slow) ---------------------------------------------------------------------
 
 
-def whale_cli(*args: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "whale.cli", *args], capture_output=True, text=True, timeout=600, env=ENV
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
+def tiny_run(compared: tuple[Path, str], tmp_path_factory) -> Path:
+    """A finished `whale run --preset tiny`: the session's tiny comparison holds one (its whale run)."""
     out = tmp_path_factory.mktemp("report") / "run"
-    whale_cli("run", "--preset", "tiny", "--out", str(out))
+    shutil.copytree(compared[0] / "whale" / "seed0", out)
     return out
 
 
@@ -540,26 +531,16 @@ def test_injected_hypothesis_in_a_tiny_run_is_escaped(tiny_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_report_of_a_tiny_comparison(tmp_path):
-    out = tmp_path / "cmp"
-    whale_cli(
-        "compare",
-        "--preset",
-        "tiny",
-        "--methods",
-        "whale,weight-only",
-        "--set",
-        "schedule.budget_rollouts=30",
-        "--out",
-        str(out),
-    )
+def test_report_of_a_tiny_comparison(compared, tmp_path):
+    out = tmp_path / "cmp"  # the session's six methods on the tiny preset, copied: the report writes into it
+    shutil.copytree(compared[0], out)
     text = write_report(out).read_text()
     checker = check_page(text)
     assert {"methods", "curves", "runs"} <= set(checker.ids)
     methods = section(text, "methods")
     assert "<td>whale</td>" in methods and "<td>weight-only</td>" in methods
     assert embedded_pngs(text)[0] == (out / "compare.png").read_bytes()
-    for method in ("whale", "weight-only"):
+    for method in ("whale", "whale-adaptive", "weight-only", "harness-only", "stagewise", "fast-slow"):
         assert f'href="{method}/seed0/report.html"' in text
         check_page((out / method / "seed0" / "report.html").read_text())
 
