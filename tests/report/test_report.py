@@ -473,7 +473,7 @@ def test_hand_made_comparison_replots_and_links_run_reports(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_run(compared: tuple[Path, str], tmp_path_factory) -> Path:
-    """A finished `whale run --preset tiny`: the session's tiny comparison holds one (its whale run)."""
+    """A finished tiny whale run: the session's tiny comparison's, run with the tiny preset's config."""
     out = tmp_path_factory.mktemp("report") / "run"
     shutil.copytree(compared[0] / "whale" / "seed0", out)
     return out
