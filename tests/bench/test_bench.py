@@ -11,7 +11,7 @@ from rich.console import Console
 
 from whale.bench.main import run_bench, verdicts
 
-SECTIONS = ("machine", "roofline", "engine", "trainer", "rollout", "verdicts")
+SECTIONS = ("machine", "roofline", "engine", "trainer", "rollout", "workload", "verdicts")
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_the_json_holds_every_section_and_the_machine_facts(bench) -> None:
     assert m["cpu_model"] and m["cpu_count"] >= 1 and m["torch_threads"] >= 1
     assert m["versions"]["torch"] and m["dtype"] == "float32"
     assert written["model"] == "tiny" and written["quick"] is True
-    for part in ("roofline", "engine", "trainer", "rollout"):
+    for part in ("roofline", "engine", "trainer", "rollout", "workload"):
         assert written[part]["memory"]["maxrss_mib"] > 0, part
 
 
@@ -111,11 +111,33 @@ def test_rollout_overhead_is_the_share_of_wall_time_outside_the_engine(bench) ->
     assert close(ro["overhead_fresh"], ro["runs"]["fresh"]["overhead"])
 
 
+def test_the_workload_runs_each_seed_harness_on_each_engine_and_generate_on_first_prompts(bench) -> None:
+    wl = bench[1]["workload"]
+    assert wl["kinds"] == ["fast", "hf"]  # the tiny model has no folder for vLLM to load
+    assert set(wl["domains"]) == {"math", "searchqa", "chess"}
+    for name, d in wl["domains"].items():
+        assert [r["kind"] for r in d["runs"]] == wl["kinds"]
+        assert d["prompts"] == d["tasks"] > 0, name
+        g = d["generate"]
+        assert g["generated_tokens"] > 0 and close(g["tokens_per_s"], g["generated_tokens"] / g["wall_s"])
+        assert g["prompt_tokens_computed"] >= d["prompts"] * wl["k"]
+        for r in d["runs"]:
+            assert r["rollouts"] == d["tasks"] * wl["k"] and r["failed"] == 0, (name, r["kind"])
+            assert r["model_calls"] >= r["rollouts"] and r["generated_tokens"] > 0
+            assert close(r["tokens_per_s"], r["generated_tokens"] / r["wall_s"])
+            assert close(r["vs_generate"], r["tokens_per_s"] / g["tokens_per_s"])
+            assert 0 < r["prompt_tokens_computed"] <= r["prompt_tokens"]
+        fast, hf = d["runs"]
+        assert hf["prompt_tokens_computed"] == hf["prompt_tokens"]  # the reference engine caches nothing
+        assert fast["generated_tokens"] == hf["generated_tokens"], name  # the same samples on both engines
+
+
 def test_verdicts_read_the_stated_figures_and_the_tables_are_printed(bench) -> None:
     written, text = bench[1], bench[2]
     assert written["verdicts"] == json.loads(json.dumps(verdicts(written)))
     for v in written["verdicts"]:
         assert v["met"] == (v["value"] >= v["target"] if v["op"] == ">=" else v["value"] <= v["target"])
-    for title in ("roofline", "engine", "trainer", "rollout pipeline", "peak memory", "targets"):
+    for title in ("roofline", "engine", "trainer", "rollout pipeline", "rollout workload", "peak memory",
+                  "targets"):  # fmt: skip
         assert title in text, title
     assert "bench.json" in text

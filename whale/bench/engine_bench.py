@@ -34,7 +34,7 @@ def _math_tasks(n: int) -> list[Any]:
     return MathDomain(seed=SEED, sizes=sizes).splits()["train"][:n]
 
 
-def _trim_at_eos(ids: list[int], eos_ids: set[int], limit: int) -> list[int]:
+def trim_at_eos(ids: list[int], eos_ids: set[int], limit: int) -> list[int]:
     """A completion as the engine records it: up to and including the first EOS, at most `limit` tokens."""
     out = []
     for tok in ids[:limit]:
@@ -69,7 +69,7 @@ def run_hf_generate(
         mask[row, width - len(seq) :] = 1
     with torch.no_grad():
         out = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
-    completions = [_trim_at_eos(row.tolist(), eos_ids, max_new_tokens) for row in out[:, width:]]
+    completions = [trim_at_eos(row.tolist(), eos_ids, max_new_tokens) for row in out[:, width:]]
     tokenizer.batch_decode(completions, skip_special_tokens=True)
     seconds = time.perf_counter() - start
     return completions, [len(i) for i in ids], seconds

@@ -9,7 +9,10 @@ One run, one model, the same prompts and lengths on both sides of every comparis
   trainer   whale's Trainer vs TRL's SFTTrainer (when `trl` is importable) or else a minimal peft + torch
             loop that pads every micro-batch to its longest sequence, both LoRA, same examples and config;
   rollout   RolloutRunner with a multi-call harness on the math domain vs the time spent inside the engine
-            during that run: overhead = (pipeline wall - engine time) / pipeline wall.
+            during that run: overhead = (pipeline wall - engine time) / pipeline wall;
+  workload  the rollout workload a run makes: tasks x k samples of each built-in domain's seed harness
+            through RolloutRunner, per engine kind (fast, hf, and vLLM where installed), against
+            transformers' generate with num_return_sequences=k on the same first-call prompts.
 
 Every raw number, the ratios computed from them, and the machine's facts go to `<out>/bench.json`; rich
 tables go to the console. Ratios are plain quotients of the raw numbers stored beside them (the test
@@ -37,6 +40,7 @@ from whale.bench.settings import (
     TARGETS,
 )
 from whale.bench.trainer_bench import bench_trainer, train_examples
+from whale.bench.workload_bench import bench_workload
 
 # ---- machine facts and memory ----------------------------------------------------------------------------
 
@@ -101,6 +105,10 @@ def run_bench(model: str, out: Path, quick: bool, console: Any) -> dict[str, Any
     with torch.no_grad(), memory_probe(mem):
         result["rollout"] = bench_rollout(lm, tokenizer, settings, log)
     result["rollout"]["memory"] = mem
+    mem = {}
+    with torch.no_grad(), memory_probe(mem):
+        result["workload"] = bench_workload(lm, tokenizer, settings, log)
+    result["workload"]["memory"] = mem
     result["machine"]["loadavg_end"] = list(os.getloadavg())
     result["elapsed_s"] = time.perf_counter() - started
     result["verdicts"] = verdicts(result)
@@ -114,11 +122,14 @@ def run_bench(model: str, out: Path, quick: bool, console: Any) -> dict[str, Any
 def verdicts(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target against the figure it is read from (the largest batch for the engine)."""
     run = max(result["engine"]["runs"], key=lambda r: r["batch"])
+    default = default_workload_run(result["workload"])
     rows = [
         ("engine tokens/s vs transformers.generate", run["ratio"], ">=", TARGETS["engine_vs_transformers"]),
         ("engine tokens/s as % of roofline", run["roofline_pct"], ">=", TARGETS["engine_roofline_pct"]),
         (f"trainer vs {result['trainer']['baseline_kind']} baseline", result["trainer"]["ratio"], ">=",
          TARGETS["trainer_vs_baseline"]),
+        (f"default engine ({default['kind']}) on the rollout workload vs transformers.generate (math)",
+         default["vs_generate"], ">=", TARGETS["engine_vs_transformers"]),
         ("sandbox+IPC share of rollout wall (warm)", result["rollout"]["overhead"], "<=", OVERHEAD_TARGET),
         ("sandbox+IPC share of rollout wall (a fresh worker per rollout)",
          result["rollout"]["overhead_fresh"], "<=", OVERHEAD_TARGET),
@@ -128,6 +139,17 @@ def verdicts(result: dict[str, Any]) -> list[dict[str, Any]]:
          "met": value >= target if op == ">=" else value <= target}
         for name, value, op, target in rows
     ]  # fmt: skip
+
+
+def default_workload_run(workload: dict[str, Any]) -> dict[str, Any]:
+    """The math workload's run on the engine a default config would pick here."""
+    from whale.core.config import Config
+
+    kind = Config().engine.kind
+    runs = workload["domains"]["math"]["runs"]
+    if kind == "auto":
+        kind = "vllm" if any(r["kind"] == "vllm" for r in runs) else "fast"
+    return next(r for r in runs if r["kind"] == kind)
 
 
 def _f(value: float, digits: int = 1) -> str:
@@ -197,10 +219,30 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
         )  # fmt: skip
     console.print(table)
 
+    wl = result["workload"]
+    title = f"rollout workload: seed harnesses, tasks x {wl['k']}, {wl['max_tokens']} tokens at most"
+    table = Table(title=title)
+    for col in ("domain", "engine", "start-up s", "rollouts", "failed", "wall s", "tokens", "tok/s",
+                "prompt tok", "computed", "vs generate"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for name, d in wl["domains"].items():
+        for r in d["runs"]:
+            table.add_row(
+                name, r["kind"], _f(r["startup_s"]), str(r["rollouts"]), str(r["failed"]), _f(r["wall_s"], 2),
+                str(r["generated_tokens"]), _f(r["tokens_per_s"]), str(r["prompt_tokens"]),
+                str(r["prompt_tokens_computed"]), f"{r['vs_generate']:.2f}x",
+            )  # fmt: skip
+        g = d["generate"]
+        table.add_row(
+            name, "transformers.generate", "", str(d["prompts"] * wl["k"]), "", _f(g["wall_s"], 2),
+            str(g["generated_tokens"]), _f(g["tokens_per_s"]), "", str(g["prompt_tokens_computed"]), "1.00x",
+        )  # fmt: skip
+    console.print(table)
+
     table = Table(title="peak memory of the bench process (MiB)")
     for col in ("part", "RSS at start", "getrusage maxrss", "VmHWM", "scope"):
         table.add_column(col, justify="right")
-    for part in ("roofline", "engine", "trainer", "rollout"):
+    for part in ("roofline", "engine", "trainer", "rollout", "workload"):
         mem = result[part]["memory"]
         start, peak = (
             ("n/a" if mem[k] is None else _f(mem[k], 0)) for k in ("rss_start_mib", "peak_rss_mib")

@@ -42,15 +42,20 @@ class BenchSettings:
     rollout_tasks: int
     rollout_workers: int
     rollout_max_tokens: int
+    workload_tasks: int  # the rollout workload (workload_bench): tasks per domain, samples per task
+    workload_k: int
+    workload_max_tokens: int
 
 
 QUICK = BenchSettings(
     batch_sizes=(8,), max_new_tokens=12, matmul_min_s=0.02, matmul_samples=3, train_examples=8,
     minibatch=4, micro_batch=2, rollout_tasks=4, rollout_workers=4, rollout_max_tokens=6,
+    workload_tasks=2, workload_k=2, workload_max_tokens=6,
 )  # fmt: skip
 
 
 FULL = BenchSettings(
     batch_sizes=(16, 64), max_new_tokens=48, matmul_min_s=0.2, matmul_samples=3, train_examples=64,
     minibatch=32, micro_batch=16, rollout_tasks=32, rollout_workers=32, rollout_max_tokens=32,
+    workload_tasks=32, workload_k=8, workload_max_tokens=48,
 )  # fmt: skip

@@ -1,0 +1,171 @@
+"""The rollout workload whale really runs: N tasks x k samples of each built-in domain's seed harness
+through RolloutRunner, per engine kind, beside transformers' generate with num_return_sequences=k on the
+same first-call prompts.
+
+The engines see what a run gives them (per-call seeds, the k samples of a task submitted together, the
+domain's tools and sandbox); generate sees only each task's first model call, k times, which is the best
+case for it. Tokens/s counts generated tokens; the prompt tokens each side computed say what prefill cost
+and how much the prefix cache saved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from whale.bench.engine_bench import trim_at_eos
+from whale.bench.settings import SEED, BenchSettings
+
+DOMAINS = ("math", "searchqa", "chess")
+
+
+def workload_kinds(model: Any) -> list[str]:
+    """The engines to measure: the fast and reference engines, and vLLM where `auto` would pick it."""
+    from whale.core.config import EngineConfig
+    from whale.model.backends import choose_kind
+
+    kinds = ["fast", "hf"]
+    if choose_kind(EngineConfig(kind="auto"), model)[0] == "vllm":
+        kinds.append("vllm")
+    return kinds
+
+
+def _runner(engine: Any, domain: Any, settings: BenchSettings) -> Any:
+    from whale.core.config import Config
+    from whale.harness.calls import RunnerLimits
+    from whale.harness.runner import RolloutRunner
+    from whale.model.engine import SamplingParams
+
+    s = Config().sampling
+    sampling = SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens)
+    limits = RunnerLimits(workers=settings.rollout_workers, max_tokens_cap=settings.workload_max_tokens)
+    return RolloutRunner(engine, domain, sampling, limits, seed=SEED)
+
+
+def _prompt_counters(engine: Any) -> tuple[int, int] | None:
+    """(computed, reused) prompt tokens so far, for the engines that count them."""
+    if hasattr(engine, "prefill_computed"):
+        return engine.prefill_computed, engine.prefill_reused
+    if hasattr(engine, "prompt_tokens_computed"):
+        return engine.prompt_tokens_computed, 0
+    return None
+
+
+def run_engine(engine: Any, domain: Any, tasks: list[Any], settings: BenchSettings) -> dict[str, Any]:
+    """One engine on one domain's workload: warmed by one rollout per task, then tasks x k timed."""
+    from whale.harness.calls import RolloutJob
+    from whale.harness.records import HarnessCandidate
+
+    harness = HarnessCandidate("seed", domain.seed_harness())
+    runner = _runner(engine, domain, settings)
+    try:
+        runner.run([RolloutJob(t, harness, 0, salt="warm-up") for t in tasks])
+        before_tokens, before_prompt = engine.tokens_generated, _prompt_counters(engine)
+        jobs = [RolloutJob(t, harness, j) for t in tasks for j in range(settings.workload_k)]
+        start = time.perf_counter()
+        rollouts = runner.run(jobs)
+        wall = time.perf_counter() - start
+    finally:
+        runner.close()
+    calls = [c for r in rollouts for c in r.calls]
+    tokens = engine.tokens_generated - before_tokens
+    prompt = sum(len(c.prompt_ids) for c in calls)
+    after_prompt = _prompt_counters(engine)
+    return {
+        "engine": type(engine).__name__,
+        "rollouts": len(rollouts),
+        "failed": sum(r.error is not None for r in rollouts),
+        "mean_reward": sum(r.reward or 0.0 for r in rollouts) / len(rollouts),
+        "model_calls": len(calls),
+        "wall_s": wall,
+        "generated_tokens": tokens,
+        "tokens_per_s": tokens / wall,
+        "prompt_tokens": prompt,
+        "prompt_tokens_computed": prompt if before_prompt is None else after_prompt[0] - before_prompt[0],
+        "first_prompts": [r.calls[0].prompt_ids for r in rollouts[:: settings.workload_k] if r.calls],
+    }
+
+
+def run_generate(
+    model: Any, tokenizer: Any, prompts: list[list[int]], settings: BenchSettings
+) -> dict[str, Any]:
+    """transformers' generate, sampling as a run does, num_return_sequences=k, on left-padded prompts."""
+    import torch
+    from transformers import GenerationConfig
+
+    from whale.core.config import Config
+
+    s = Config().sampling
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p) :] = torch.tensor(p)
+        mask[row, width - len(p) :] = 1
+    max_new = min(s.max_tokens, settings.workload_max_tokens)
+    config = GenerationConfig(
+        max_new_tokens=max_new, do_sample=True, temperature=s.temperature, top_k=s.top_k or None,
+        top_p=s.top_p, num_return_sequences=settings.workload_k, pad_token_id=pad,
+        eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    torch.manual_seed(SEED)
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    wall = time.perf_counter() - start
+    eos = {tokenizer.eos_token_id}
+    tokens = sum(len(trim_at_eos(row, eos, max_new)) for row in out[:, width:].tolist())
+    return {
+        "kind": "transformers.generate",
+        "wall_s": wall,
+        "generated_tokens": tokens,
+        "tokens_per_s": tokens / wall,
+        "prompt_tokens_computed": width * len(prompts) * settings.workload_k,
+    }
+
+
+def bench_workload(model: Any, tokenizer: Any, settings: BenchSettings, log: Callable[[str], None],
+                   kinds: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Every engine, then transformers' generate, on each built-in domain; ratios against generate. Each
+    engine is built once (its start-up timed) and serves every domain."""
+    from whale.core.config import DomainConfig, EngineConfig
+    from whale.domains.registry import build_domain
+    from whale.model.backends import build_engine
+
+    kinds = kinds or workload_kinds(model)
+    sizes = {"train": 1, "search": settings.workload_tasks, "val": 1, "test": 1}
+    domains = {name: build_domain(DomainConfig(name=name, seed=SEED, sizes=sizes)) for name in DOMAINS}
+    tasks = {name: d.splits()["search"][: settings.workload_tasks] for name, d in domains.items()}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in DOMAINS}
+    for kind in kinds:
+        start = time.perf_counter()
+        engine = build_engine(EngineConfig(kind=kind), model, tokenizer, max_batch=256)
+        startup = time.perf_counter() - start
+        try:
+            for name, domain in domains.items():
+                log(f"workload: {name}, {len(tasks[name])} tasks x {settings.workload_k}, engine {kind}")
+                run = run_engine(engine, domain, tasks[name], settings)
+                runs[name].append({"kind": kind, "startup_s": startup, **run})
+        finally:
+            if hasattr(engine, "close"):
+                engine.close()
+    result = {}
+    for name in DOMAINS:
+        log(f"workload: {name}, transformers.generate")
+        prompts = runs[name][0]["first_prompts"]
+        baseline = run_generate(model, tokenizer, prompts, settings)
+        for run in runs[name]:
+            run.pop("first_prompts")
+            run["vs_generate"] = run["tokens_per_s"] / baseline["tokens_per_s"]
+        result[name] = {
+            "tasks": len(tasks[name]), "prompts": len(prompts), "runs": runs[name], "generate": baseline,
+        }  # fmt: skip
+    return {
+        "k": settings.workload_k,
+        "max_tokens": settings.workload_max_tokens,
+        "kinds": kinds,
+        "domains": result,
+        "ratio_formula": "engine tokens_per_s (runner, every call) / generate tokens_per_s (first calls x k)",
+    }
