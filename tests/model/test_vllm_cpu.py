@@ -137,7 +137,7 @@ def test_float32_is_served_as_asked_not_downcast(vllm_engine):
     assert vllm_engine.core.model_config.dtype == torch.float32
     assert vllm_engine.settings["enable_chunked_prefill"] is False
     line = summary(VLLMConfig(), cpu=True)
-    assert line.startswith("float32 (vllm on the CPU, eager, OpenMP threads bound to cores ")
+    assert line.startswith("float32 (on the CPU, eager, OpenMP threads bound to cores ")
 
 
 def test_greedy_equals_the_reference_engine(vllm_engine, reference):

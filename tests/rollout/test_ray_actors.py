@@ -59,7 +59,7 @@ def ray_cluster() -> Any:
 def without_timing(value: Any) -> Any:
     """A record with its wall-clock fields dropped (the only fields two executors may differ in)."""
     if isinstance(value, dict):
-        return {k: without_timing(v) for k, v in value.items() if k not in ("timings", "wall_s")}
+        return {k: without_timing(v) for k, v in value.items() if k not in ("timings", "wall_s", "parts_s")}
     if isinstance(value, list):
         return [without_timing(v) for v in value]
     return value

@@ -351,9 +351,24 @@ def bench(
     model: Annotated[str, typer.Option(help="embedded, tiny, or a model folder.")] = "embedded",
     out: Annotated[Path, typer.Option(help="Where bench.json goes.")] = Path("bench/results"),
     quick: Annotated[bool, typer.Option(help="Small sizes: a smoke run in well under a minute.")] = False,
+    end_to_end: Annotated[
+        str | None,
+        typer.Option(help="Instead: `whale run --preset default` per engine kind, e.g. fast,vllm."),
+    ] = None,
 ) -> None:
     """Engine vs transformers.generate and the matmul roofline, trainer vs a Hugging Face baseline, rollout
-    pipeline vs bare engine time, peak memory: side by side in one run, with ratios (docs/performance.md)."""
+    pipeline and the rollout workload per engine, peak memory: side by side in one run, with ratios
+    (docs/performance.md). With --end-to-end: whole runs per engine kind, their wall split into parts."""
+    if end_to_end:
+        from whale.bench.end_to_end import bench_end_to_end
+
+        kinds = [k.strip() for k in end_to_end.split(",") if k.strip()]
+        unknown = sorted(set(kinds) - {"fast", "hf", "vllm", "auto"})
+        if unknown:
+            raise typer.BadParameter(f"unknown engine kind {unknown[0]!r} (fast, hf, vllm, auto)")
+        bench_end_to_end(kinds, out / "end-to-end.json", log=lambda m: console.print(m, highlight=False))
+        console.print(f"bench: {out / 'end-to-end.json'}")
+        return
     from whale.bench.main import run_bench
 
     run_bench(model, out, quick, console)

@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from whale.core.timing import timed
 from whale.harness.calls import RolloutJob, RunnerLimits, call_seed, chat_params, chat_problem
 from whale.harness.confine import report_degraded, sandbox_status_problems
 from whale.harness.records import ModelCall, Rollout, ToolCall
@@ -121,7 +122,8 @@ class RolloutRunner:
         results: dict[int, Rollout] = {}
         busy: dict[int, tuple[int, WorkerProcess]] = {}  # fd -> (job index, worker)
         try:
-            self._drive(queue, results, busy, on_done)
+            with timed("rollouts"):
+                self._drive(queue, results, busy, on_done)
         except BaseException:
             if self.continuous:
                 self.engine.cancel()
@@ -316,7 +318,8 @@ class RolloutRunner:
                 requests.append(req)
                 owners.append(w)
         self.engine_calls += 1
-        generations = self.engine.generate(requests, seed=self.seed * 1_000_003 + self.engine_calls)
+        with timed("engine"):
+            generations = self.engine.generate(requests, seed=self.seed * 1_000_003 + self.engine_calls)
         answers: dict[int, list[tuple[GenerationRequest, Generation]]] = {}
         for w, req, g in zip(owners, requests, generations, strict=True):
             answers.setdefault(id(w), []).append((req, g))
@@ -333,7 +336,9 @@ class RolloutRunner:
             self._owners[handle] = w
 
     def _step_model(self) -> None:
-        for handle, generation in self.engine.step():
+        with timed("engine"):
+            finished = self.engine.step()
+        for handle, generation in finished:
             w = self._owners.pop(handle)
             k, req = w.handles.pop(handle)
             w.results[k] = (req, generation)

@@ -29,6 +29,7 @@ import os
 from typing import Any
 
 from whale.core.config import VLLMConfig
+from whale.core.timing import timed
 from whale.model.engine import Generation, GenerationRequest, SamplingParams, request_seed
 from whale.model.sampling import chat_prompt_ids
 from whale.model.weight_sync import FULL_WEIGHTS_FILE, SyncFolders, lora_rank, model_folder, save_for_serving
@@ -186,9 +187,9 @@ def summary(cfg: VLLMConfig, cpu: bool) -> str:
     kwargs = engine_kwargs(cfg, "", 1, None, cpu)
     mode = "eager" if kwargs["enforce_eager"] else "compiled"
     if not cpu:
-        return f"{kwargs['dtype']} (vllm on the GPU, {mode})"
+        return f"{kwargs['dtype']} (on the GPU, {mode})"
     cores = cpu_environment(cfg)["VLLM_CPU_OMP_THREADS_BIND"]
-    return f"{kwargs['dtype']} (vllm on the CPU, {mode}, OpenMP threads bound to cores {cores})"
+    return f"{kwargs['dtype']} (on the CPU, {mode}, OpenMP threads bound to cores {cores})"
 
 
 class VLLMEngine:
@@ -225,6 +226,10 @@ class VLLMEngine:
             return
         if self._live:
             raise RuntimeError("the weights changed while vLLM still had requests of the old weights")
+        with timed("weight sync"):
+            self._load_current()
+
+    def _load_current(self) -> None:
         serial, folder = self.folders.next(self.weights_version)
         kind = save_for_serving(self.model, folder, merge=self.merge)
         if kind == "lora":

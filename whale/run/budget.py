@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
+from whale.core.timing import snapshot
 from whale.harness.records import Rollout
 
 
@@ -16,6 +17,7 @@ class Budget:
     model_calls: int = 0
     generated_tokens: int = 0
     wall_s: float = 0.0
+    parts_s: dict[str, dict[str, float]] = field(default_factory=dict)  # per unit and part, whale.core.timing
 
     @property
     def rollouts(self) -> int:
@@ -34,6 +36,7 @@ class Budget:
         setattr(self, f"{kind}_rollouts", getattr(self, f"{kind}_rollouts") + len(rollouts))
         self.model_calls += sum(len(r.calls) for r in rollouts)
         self.generated_tokens += sum(r.generated_tokens for r in rollouts)
+        self.parts_s = snapshot()
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -11,6 +11,7 @@ from typing import Any
 from whale.core.config import Config
 from whale.core.progress import Bars
 from whale.core.stats import SplitScore, score_split
+from whale.core.timing import unit
 from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.task import Task
@@ -41,6 +42,7 @@ def evaluate(
     return out
 
 
+@unit("evaluations")
 def evaluate_split(
     runner: Executor, harness: HarnessCandidate, tasks: list[Task], k: int, bars: Bars, label: str
 ) -> list[Rollout]:

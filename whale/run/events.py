@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
+from whale.core.timing import snapshot
 from whale.weights.step import WeightStepResult
 
 
@@ -30,7 +31,17 @@ class Event:
         return record
 
     def stamped(self, unit: int, rollouts: int, wall_s: float) -> dict[str, Any]:
-        return {**self.to_json(), "unit": unit, "rollouts": rollouts, "wall_s": round(wall_s, 2)}
+        """With the process's time per part so far (whale.core.timing), so the wall time splits."""
+        return {
+            **self.to_json(), "unit": unit, "rollouts": rollouts, "wall_s": round(wall_s, 2),
+            "parts_s": snapshot(),
+        }  # fmt: skip
+
+
+def point_stamp(rollouts: int, spent: int, wall_s: float) -> dict[str, Any]:
+    """What an evaluation point carries beside its scores: the budget it stands for, what had been
+    spent, and the wall time, whole and per part."""
+    return {"rollouts": rollouts, "spent": spent, "wall_s": round(wall_s, 2), "parts_s": snapshot()}
 
 
 @dataclass

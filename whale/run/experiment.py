@@ -22,10 +22,10 @@ from rich.console import Console
 from whale.core.config import Config, ConfigError
 from whale.core.progress import track
 from whale.core.provenance import with_version
+from whale.core.timing import restart as restart_timing
 from whale.domains.registry import build_domain
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.model.distributed import build_trainer
-from whale.model.loading import check_model_name
 from whale.rollout.build import build_executor
 from whale.run import events
 from whale.run.budget import Budget
@@ -38,7 +38,7 @@ from whale.run.evaluation import (
     points_between,
     start_eval_source,
 )
-from whale.run.preflight import check_engine, check_proposer, resolve_engine, seed_candidate
+from whale.run.preflight import check_config, resolve_engine, seed_candidate
 from whale.run.proposing import build_proposer, proposer_spent, record_proposal, search_brief
 from whale.run.rescue_pool import rescue_pool
 from whale.run.rundir import EVALS, EVENTS, SEARCH, TRAIN, RunDir, RunState
@@ -53,7 +53,7 @@ from whale.run.schedule import (
     method_rules,
 )
 from whale.run.summary import summarize_run
-from whale.run.tracking import Tracker, check_tracking
+from whale.run.tracking import Tracker
 from whale.search.archive import Archive, CandidateEval
 from whale.search.proposer import ProposerUsage
 from whale.search.scoring import evaluate_candidate
@@ -85,10 +85,7 @@ class Experiment:
         self.bars = partial(track, self.console)
         if resume and self.dir.is_run():
             self.dir.claim()  # first of all: two processes must never work on one run
-        check_model_name(cfg.model.name)
-        check_engine(cfg)
-        check_proposer(cfg)
-        check_tracking(cfg.tracking)
+        check_config(cfg)
         self.rules = method_rules(cfg.schedule.method)
         self.domain = build_domain(cfg.domain)
         self.splits = self.domain.splits()
@@ -114,6 +111,7 @@ class Experiment:
             self.schedule = SinglePhase(WEIGHTS)
         self.tracker = Tracker(cfg.tracking, out, cfg.model_dump())
         self.session_start = time.monotonic()
+        restart_timing(self.state.budget.get("parts_s", {}))  # the time per part of earlier sessions
         self.wall_before = self.state.budget["wall_s"]
 
     def run(self) -> dict[str, Any]:
@@ -366,7 +364,7 @@ class Experiment:
         self.cross.remember(record["weights"])
         b, st = self.budget, self.state
         st.measured = measured_gains(st.measured, record.get("effects"), b.train_rollouts, b.search_rollouts)
-        record.update(rollouts=b.rollouts if at is None else at, spent=b.rollouts, wall_s=round(b.wall_s, 2))
+        record.update(events.point_stamp(b.rollouts if at is None else at, b.rollouts, b.wall_s))
         self.dir.append(EVALS, [record])
         self.tracker.log(record, record["rollouts"])
         st.eval_points += 1

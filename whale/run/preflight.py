@@ -11,7 +11,9 @@ from whale.domains.base import Domain
 from whale.domains.registry import minimal_seed
 from whale.harness import validate
 from whale.harness.records import HarnessCandidate
+from whale.model.loading import check_model_name
 from whale.run.schedule import method_rules
+from whale.run.tracking import check_tracking
 from whale.search.proposer import ProposerUsage
 
 
@@ -33,6 +35,15 @@ def seed_candidate(cfg: Config, domain: Domain) -> HarnessCandidate:
     if problems:
         raise ConfigError(f"seed harness {path or domain.name}: {problems[0]}")
     return HarnessCandidate("c0000", source, None, "seed harness", "seed")
+
+
+def check_config(cfg: Config) -> None:
+    """Everything that can be checked before anything is loaded: the model's name, the engine, the
+    proposer and experiment tracking, each a one-line ConfigError."""
+    check_model_name(cfg.model.name)
+    check_engine(cfg)
+    check_proposer(cfg)
+    check_tracking(cfg.tracking)
 
 
 def check_proposer(cfg: Config) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from whale.core.stats import task_means
+from whale.core.timing import unit
 from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.task import Task
@@ -36,6 +37,7 @@ def summarize(
     )
 
 
+@unit("search iterations")  # also the incumbent's re-score after a weight step
 def evaluate_candidate(
     runner: Executor,
     archive: Archive,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from whale.core.config import Config
+from whale.core.timing import unit
 from whale.harness import validate
 from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate, Rollout
@@ -159,6 +160,7 @@ def judge(
     return verdict
 
 
+@unit("search iterations")
 def harness_step(
     runner: Executor,
     archive: Archive,
@@ -207,6 +209,7 @@ class PopulationResult:
     cut: bool = False  # the run's budget ended inside this iteration
 
 
+@unit("search iterations")
 def population_step(
     runner: Executor,
     archive: Archive,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from whale.core.config import Config, WeightsConfig
 from whale.core.progress import Bars
+from whale.core.timing import timed, unit
 from whale.harness.calls import RolloutJob
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.task import Task
@@ -241,6 +242,7 @@ def needs_reference(w: WeightsConfig) -> bool:
     return w.algorithm == "dpo" or w.kl_coef > 0 or w.log_kl
 
 
+@unit("weight steps")
 def weight_step(
     runner: Executor,
     trainer: Trainer,
@@ -285,7 +287,7 @@ def weight_step(
         mark(rescue, {r.task_id: r.harness_id for r in rollouts}, mode, {id(r) for r in extra.sources})
         report = rescue_report(mode, zero, rescue, settings.threshold, len(extra.examples), skipped)
     n = trainer.optimizer_steps_for(len(training_units(batch.examples)))
-    with bars(f"{label}: training", n) as tick:
+    with bars(f"{label}: training", n) as tick, timed("trainer"):
         result = train_on(trainer, rollouts, used, batch, settings.objective, tick)
     result.rollouts, result.rescue = rollouts + rescue, report
     return result
