@@ -43,10 +43,10 @@ def last_record(run: Path) -> dict[str, Any]:
 
 def split_wall(run: Path, wall: float) -> dict[str, Any]:
     """Wall seconds, budget rollouts per second and the time in each part, per kind of unit;
-    "sandbox and tools" is rollout time outside the engine, "other" the unit's time outside every part
-    (proposing, bookkeeping). "between units" is the run's clock outside every unit (checkpoints, the
-    schedule); "start-up and shutdown" the rest of the process's wall (imports, loading the model,
-    building the engine)."""
+    "sandbox and tools" is rollout time outside the engine and weight syncs, "other" the unit's time
+    outside every part (proposing, bookkeeping). "between units" is the run's clock outside every unit
+    (checkpoints, the schedule); "start-up and shutdown" the rest of the process's wall (imports, loading
+    the model, building the engine)."""
     last = last_record(run)
     budget = json.loads((run / "state.json").read_text())["budget"]
     split: dict[str, dict[str, Any]] = {}
@@ -54,7 +54,8 @@ def split_wall(run: Path, wall: float) -> dict[str, Any]:
         p = last["parts_s"].get(label, {})
         entry = {"wall_s": p.get("wall", 0.0), "rollouts": budget[spent] if spent else 0}
         entry.update({k: p.get(k, 0.0) for k in PARTS})
-        entry["sandbox and tools"] = p.get("rollouts", 0.0) - p.get("engine", 0.0)
+        # vLLM's weight sync runs when the first request of new weights is submitted, inside rollouts
+        entry["sandbox and tools"] = p.get("rollouts", 0.0) - p.get("engine", 0.0) - p.get("weight sync", 0.0)
         entry["other"] = entry["wall_s"] - sum(entry[k] for k in (*PARTS, "sandbox and tools"))
         rate = entry["rollouts"] / entry["wall_s"] if entry["wall_s"] and entry["rollouts"] else None
         entry["rollouts_per_s"] = rate
