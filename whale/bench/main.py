@@ -143,13 +143,7 @@ def verdicts(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def default_workload_run(workload: dict[str, Any]) -> dict[str, Any]:
     """The math workload's run on the engine a default config would pick here."""
-    from whale.core.config import Config
-
-    kind = Config().engine.kind
-    runs = workload["domains"]["math"]["runs"]
-    if kind == "auto":
-        kind = "vllm" if any(r["kind"] == "vllm" for r in runs) else "fast"
-    return next(r for r in runs if r["kind"] == kind)
+    return next(r for r in workload["domains"]["math"]["runs"] if r["kind"] == workload["default_kind"])
 
 
 def _f(value: float, digits: int = 1) -> str:

@@ -126,15 +126,16 @@ def run_generate(
     }
 
 
-def bench_workload(model: Any, tokenizer: Any, settings: BenchSettings, log: Callable[[str], None],
-                   kinds: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+def bench_workload(
+    model: Any, tokenizer: Any, settings: BenchSettings, log: Callable[[str], None]
+) -> dict[str, Any]:
     """Every engine, then transformers' generate, on each built-in domain; ratios against generate. Each
     engine is built once (its start-up timed) and serves every domain."""
-    from whale.core.config import DomainConfig, EngineConfig
+    from whale.core.config import Config, DomainConfig, EngineConfig
     from whale.domains.registry import build_domain
-    from whale.model.backends import build_engine
+    from whale.model.backends import build_engine, choose_kind
 
-    kinds = kinds or workload_kinds(model)
+    kinds = workload_kinds(model)
     sizes = {"train": 1, "search": settings.workload_tasks, "val": 1, "test": 1}
     domains = {name: build_domain(DomainConfig(name=name, seed=SEED, sizes=sizes)) for name in DOMAINS}
     tasks = {name: d.splits()["search"][: settings.workload_tasks] for name, d in domains.items()}
@@ -166,6 +167,7 @@ def bench_workload(model: Any, tokenizer: Any, settings: BenchSettings, log: Cal
         "k": settings.workload_k,
         "max_tokens": settings.workload_max_tokens,
         "kinds": kinds,
+        "default_kind": choose_kind(Config().engine, model)[0],  # the engine a default config runs here
         "domains": result,
         "ratio_formula": "engine tokens_per_s (runner, every call) / generate tokens_per_s (first calls x k)",
     }

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from rich.syntax import Syntax
@@ -361,11 +361,13 @@ def bench(
     (docs/performance.md). With --end-to-end: whole runs per engine kind, their wall split into parts."""
     if end_to_end:
         from whale.bench.end_to_end import bench_end_to_end
+        from whale.core.config import EngineConfig
 
+        known = [k for k in get_args(EngineConfig.model_fields["kind"].annotation) if k != "remote"]
         kinds = [k.strip() for k in end_to_end.split(",") if k.strip()]
-        unknown = sorted(set(kinds) - {"fast", "hf", "vllm", "auto"})
+        unknown = sorted(set(kinds) - set(known))
         if unknown:
-            raise typer.BadParameter(f"unknown engine kind {unknown[0]!r} (fast, hf, vllm, auto)")
+            raise typer.BadParameter(f"unknown engine kind {unknown[0]!r} ({', '.join(known)})")
         bench_end_to_end(kinds, out / "end-to-end.json", log=lambda m: console.print(m, highlight=False))
         console.print(f"bench: {out / 'end-to-end.json'}")
         return
