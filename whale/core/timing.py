@@ -4,8 +4,8 @@ per part (engine, trainer, weight sync, rollouts), kept for the process.
 The run stamps a snapshot into every record, so a bench or a person can split the wall time without
 timers threaded through every call. A unit's "wall" excludes the units nested in it (an evaluation taken
 inside a weight step counts as evaluation); a part counts in the innermost unit around it. Parts nest:
-"rollouts" contains "engine" (the rest of it is sandbox, IPC and tools). Work in other processes (Ray
-actors) is not seen here.
+"rollouts" contains "engine" and vLLM's "weight sync" (the rest is sandbox, IPC and tools). Work in
+other processes (Ray actors) is not seen here.
 """
 
 from __future__ import annotations
