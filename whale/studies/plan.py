@@ -72,7 +72,6 @@ STUDIES: tuple[Study, ...] = (
             f"Math: weight-only at learning rate {lr}",
             "results-math",
             ("weight-only",),
-            seeds=2,  # two for now: the sweep shares 2 cores with the rest; a third seed is issue 33's
             overrides=(f"weights.lr={lr}",),
         )
         for lr in LR_SWEEP
