@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import random
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from whale.core.stats import bootstrap_ci, task_means
 from whale.model.loading import load_model
 
 
@@ -45,21 +45,13 @@ def mean_logprob(model: Any, rows: list[dict[str, Any]], temperature: float) -> 
 
 
 def per_task(rows: list[dict[str, Any]], samples: range) -> dict[str, float]:
-    rewards: dict[str, list[float]] = collections.defaultdict(list)
-    for row in rows:
-        if row["sample"] in samples:
-            rewards[row["task_id"]].append(float(row["reward"]))
-    return {task: sum(r) / len(r) for task, r in rewards.items()}
+    return task_means((r["task_id"], float(r["reward"])) for r in rows if r["sample"] in samples)
 
 
-def paired(
-    first: dict[str, float], second: dict[str, float], draws: int = 20000
-) -> tuple[float, float, float]:
-    """Second minus first over tasks, with a 95% task-bootstrap interval."""
+def paired(first: dict[str, float], second: dict[str, float]) -> tuple[float, float, float]:
+    """Second minus first over tasks, with the 95% task-bootstrap interval whale reports everywhere."""
     diff = [second[t] - first[t] for t in sorted(first)]
-    rng = random.Random(0)
-    means = sorted(sum(rng.choice(diff) for _ in diff) / len(diff) for _ in range(draws))
-    return sum(diff) / len(diff), means[int(0.025 * draws)], means[int(0.975 * draws)]
+    return sum(diff) / len(diff), *bootstrap_ci(diff, n_boot=20000)
 
 
 def main() -> None:
