@@ -43,6 +43,32 @@ PHASE_ABLATION = {  # label -> (E weight steps, I search iterations); (2, 1) is 
 
 LR_SWEEP = ("1e-4", "3e-4", "1e-3")  # weights.lr under weight-only on math; the presets take the pick
 
+DOMAIN_TITLES = {"math": "Math", "searchqa": "Search QA", "chess": "Chess"}
+
+# Beyond the paper (issue 32): rescue of zero-signal tasks under each schedule, and the gain-driven schedule
+BEYOND: tuple[Study, ...] = (
+    *(
+        Study(
+            f"{domain}-rescue-{schedule}",
+            f"{DOMAIN_TITLES[domain]}: rescue off, on_policy and distill under {schedule}",
+            f"results-{domain}",
+            (schedule, f"{schedule}+on_policy", f"{schedule}+distill"),
+            folder=f"{domain}-rescue",
+        )
+        for domain in ("math", "chess")
+        for schedule in ("weight-only", "whale")
+    ),
+    *(
+        Study(
+            f"{domain}-gain",
+            f"{DOMAIN_TITLES[domain]}: the gain-driven schedule (whale-gain) against whale",
+            f"results-{domain}",
+            ("whale", "whale-gain"),
+        )
+        for domain in ("math", "searchqa")
+    ),
+)
+
 
 STUDIES: tuple[Study, ...] = (
     Study("math", "Math word problems", "results-math", SIX),
@@ -76,6 +102,7 @@ STUDIES: tuple[Study, ...] = (
         )
         for lr in LR_SWEEP
     ),
+    *BEYOND,
 )
 
 

@@ -25,6 +25,7 @@ from whale.core.config import ConfigError, load_config
 from whale.core.files import atomic_write_json, atomic_write_text
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import best_val_point
+from whale.studies.beyond import section_beyond
 from whale.studies.claims import (
     attributed_rates,
     claim_a,
@@ -51,7 +52,15 @@ from whale.studies.compare import (
     table_cells,
 )
 from whale.studies.lr_sweep import section_lr_sweep
-from whale.studies.plan import PHASE_ABLATION, STUDIES, Study, StudySummary, load_summary, summary_path
+from whale.studies.plan import (
+    BEYOND,
+    PHASE_ABLATION,
+    STUDIES,
+    Study,
+    StudySummary,
+    load_summary,
+    summary_path,
+)
 
 # ---- running and summarizing ---------------------------------------------------------------------------
 
@@ -399,6 +408,12 @@ def render(docs: Path, discussion: Path | None = None) -> Path:
     else:
         lines += ["## Math: the weight phase's algorithm", "", "Not run yet (`make results` runs it).", ""]
     lines += section_phases(docs) + section_lr_sweep(docs)
+    for study in BEYOND:
+        s = summaries[study.name]
+        if s is None:
+            lines += [f"## {study.title}", "", f"Not run yet (`whale results --study {study.name}`).", ""]
+        else:
+            lines += section_comparison(s, docs) + section_beyond(s)
     lines += section_run_time([s for s in summaries.values() if s is not None])
     path = docs / "results.md"
     atomic_write_text(path, "\n".join(lines).rstrip() + "\n")
