@@ -159,6 +159,25 @@ def test_slots_are_reused_as_rows_finish(sharp_tiny, max_batch: int):
     assert [g.completion_ids for g in gens] == [g.completion_ids for g in wide]
 
 
+def test_the_cache_grows_with_the_live_rows_not_max_batch(sharp_tiny):
+    """Few live rows get a small cache; more arriving mid-decode grow it without changing any tokens."""
+    reqs = seeded() * 4
+    alone = [FastEngine(*sharp_tiny, max_batch=1).generate([r], seed=0)[0] for r in reqs]
+    engine = FastEngine(*sharp_tiny, max_batch=64)
+    handles = {engine.submit(r, seed=0): i for i, r in enumerate(reqs[:3])}
+    results, capacity = {}, []
+    for step in range(200):
+        if step == 2:
+            handles |= {engine.submit(r, seed=0): 3 + i for i, r in enumerate(reqs[3:])}
+        results.update(engine.step())
+        capacity.append(engine._k[0].shape[0])
+        if len(results) == len(reqs):
+            break
+    assert capacity[0] == 8 and max(capacity) == 32  # 3 rows, then 24: powers of two, never 64
+    for handle, i in handles.items():
+        assert results[handle].completion_ids == alone[i].completion_ids
+
+
 @pytest.mark.parametrize("family", ["qwen2", "qwen3", "mistral"])
 def test_other_llama_family_decoders_match_transformers(tokenizer, family: str):
     """Qwen2 (q/k/v biases), Qwen3 (per-head q/k norms, head_dim not hidden/heads) and Mistral: random tiny

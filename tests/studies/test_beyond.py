@@ -85,7 +85,9 @@ def test_rescue_records_are_summed_over_weight_steps_and_off_runs_say_so():
 
 
 def test_each_study_gets_its_own_table():
-    gain = summary("g", {"whale": [step(), search()], "whale-gain": [step(), switch("probe: h"), search(True)]})
+    gain = summary(
+        "g", {"whale": [step(), search()], "whale-gain": [step(), switch("probe: h"), search(True)]}
+    )
     text = "\n".join(section_beyond(gain))
     assert "| whale-gain | 0 | W1 H1 | 64 / 68 | 1 of 1 | probe 1 |" in text
     assert "Rescue (" not in text

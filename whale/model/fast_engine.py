@@ -292,18 +292,23 @@ class FastEngine:
     # ---- the model -----------------------------------------------------------------------------------
 
     def _ensure_capacity(self, length: int) -> None:
+        """Grow the KV cache to hold the live rows at `length` positions. Both sides grow on demand: a
+        cache sized for max_batch rows is gigabytes of fresh pages, slow to fault in, which few live rows
+        (an evaluation, a server) never use."""
         pk = self.packed
-        have = self._k[0].shape[2] if self._k else 0
-        if length > have:
-            size = -(-length // 256) * 256
-            shape = (self.max_batch, pk.kv_heads, size, pk.head_dim)
+        have_rows, have = (self._k[0].shape[0], self._k[0].shape[2]) if self._k else (0, 0)
+        rows = len(self._rows)
+        if length > have or rows > have_rows:
+            size = max(have, -(-length // 256) * 256)
+            batch = max(have_rows, min(self.max_batch, 1 << max(rows - 1, 7).bit_length()))
+            shape = (batch, pk.kv_heads, size, pk.head_dim)
             for cache in (self._k, self._v):
                 old = list(cache)
                 cache.clear()
                 for i in range(len(pk.layers)):
                     fresh = torch.zeros(shape, dtype=pk.dtype)
                     if old:
-                        fresh[:, :, :have] = old[i]
+                        fresh[:have_rows, :, :have] = old[i]
                     cache.append(fresh)
         if length > self._cos.shape[0]:
             size = -(-length // 1024) * 1024
