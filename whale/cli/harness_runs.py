@@ -28,10 +28,17 @@ def run_harness(
 
 
 def run_harnesses(
-    cfg: Config, sources: dict[str, str], split: str, k: int, label: str, limit: int | None = None
+    cfg: Config,
+    sources: dict[str, str],
+    split: str,
+    k: int,
+    label: str,
+    limit: int | None = None,
+    loaded: tuple[Any, Any] | None = None,
 ) -> tuple[list, dict[str, list]]:
     """Every harness of `sources` (name -> code), k rollouts on each task of `split`, under one model and
-    runner: sample s of a task draws the same per-call seeds for each, so their differences are paired."""
+    runner: sample s of a task draws the same per-call seeds for each, so their differences are paired.
+    `loaded` is a (model, tokenizer) already in memory, for callers that score many domains."""
     from whale.core.progress import track
     from whale.domains.registry import build_domain
     from whale.harness.calls import RolloutJob
@@ -44,7 +51,7 @@ def run_harnesses(
     if split not in splits:
         raise user_error(f"--split {split}: expected one of {', '.join(splits)}")
     tasks = splits[split][:limit]
-    model, tokenizer = load_model(cfg.model.name, cfg.seed)
+    model, tokenizer = loaded or load_model(cfg.model.name, cfg.seed)
     runner = build_executor(cfg, model, tokenizer, dom, weights=None)
     rollouts = {}
     try:

@@ -139,6 +139,7 @@ def gym_scores(
     from whale.core.files import atomic_write_json
     from whale.core.provenance import code_version
     from whale.domains.gym import UNSUPPORTED, ReasoningGymDomain, gym_datasets
+    from whale.model.loading import load_model
     from whale.run.evaluation import score_rollouts
 
     names = (
@@ -147,6 +148,7 @@ def gym_scores(
         else [n for n in gym_datasets() if n not in UNSUPPORTED]
     )
     rows = gym_rows(out, tasks, k)
+    loaded = None  # the model, loaded once for every dataset
     for name in names:
         if name in rows:
             continue
@@ -157,7 +159,8 @@ def gym_scores(
             seed = ReasoningGymDomain(
                 dataset=name, sizes={"train": 1, "search": 1, "val": 1, "test": 1}
             ).seed_harness()
-            found, by_name = run_harnesses(cfg, {"seed": seed}, "test", k, name)
+            loaded = loaded or load_model(cfg.model.name, cfg.seed)
+            found, by_name = run_harnesses(cfg, {"seed": seed}, "test", k, name, loaded=loaded)
         except (ConfigError, ValueError) as exc:
             rows[name] = {"refused": str(exc)[:200]}
         else:
