@@ -97,10 +97,14 @@ def test_each_study_gets_its_own_table():
     assert section_beyond(summary("plain", {"whale": [step()], "weight-only": [step()]})) == []
 
 
-def test_the_beyond_studies_pair_each_rescue_mode_with_its_schedule_and_share_a_folder():
+def test_the_beyond_studies_pair_each_rescue_mode_with_its_schedule_and_share_the_domain_runs():
     assert all(s in STUDIES for s in BEYOND)
+    main = {s.name: s for s in STUDIES}
+    for s in BEYOND:  # the plain schedule's runs are the domain study's: same folder, preset, overrides
+        domain = main[s.name.split("-")[0]]
+        assert (s.runs_folder, s.preset, s.overrides) == (domain.runs_folder, domain.preset, domain.overrides)
+        assert s.methods[0] in domain.methods
     rescue_studies = [s for s in BEYOND if "-rescue-" in s.name]
-    assert {s.runs_folder for s in rescue_studies} == {"math-rescue", "chess-rescue"}
     for s in rescue_studies:
         schedule = s.methods[0]
         assert s.methods == (schedule, f"{schedule}+on_policy", f"{schedule}+distill")

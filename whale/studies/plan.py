@@ -45,7 +45,8 @@ LR_SWEEP = ("1e-4", "3e-4", "1e-3")  # weights.lr under weight-only on math; the
 
 DOMAIN_TITLES = {"math": "Math", "searchqa": "Search QA", "chess": "Chess"}
 
-# Beyond the paper (issue 32): rescue of zero-signal tasks under each schedule, and the gain-driven schedule
+# Beyond the paper (issue 32): rescue of zero-signal tasks under each schedule, and the gain-driven schedule.
+# They run in their domain's folder, so the plain weight-only and whale runs are the domain study's own.
 BEYOND: tuple[Study, ...] = (
     *(
         Study(
@@ -53,7 +54,7 @@ BEYOND: tuple[Study, ...] = (
             f"{DOMAIN_TITLES[domain]}: rescue off, on_policy and distill under {schedule}",
             f"results-{domain}",
             (schedule, f"{schedule}+on_policy", f"{schedule}+distill"),
-            folder=f"{domain}-rescue",
+            folder=domain,
         )
         for domain in ("math", "chess")
         for schedule in ("weight-only", "whale")
@@ -64,6 +65,7 @@ BEYOND: tuple[Study, ...] = (
             f"{DOMAIN_TITLES[domain]}: the gain-driven schedule (whale-gain) against whale",
             f"results-{domain}",
             ("whale", "whale-gain"),
+            folder=domain,
         )
         for domain in ("math", "searchqa")
     ),
