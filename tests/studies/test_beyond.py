@@ -12,6 +12,7 @@ from whale.studies.beyond import (
     rescue_totals,
     section_beyond,
     side_rollouts,
+    wilson,
 )
 from whale.studies.plan import BEYOND, STUDIES, Study, StudySummary
 
@@ -20,8 +21,9 @@ def step(rescue: dict[str, Any] | None = None, tasks: int = 8) -> dict[str, Any]
     return {"event": "weight_step", "total": 64, "harnesses": {"c0000": tasks}, "rescue": rescue}
 
 
-def search(accepted: bool = False) -> dict[str, Any]:
-    return {"event": "search_iteration", "accepted": accepted, "spent": 68}
+def search(accepted: bool = False, challengers: int = 2) -> dict[str, Any]:
+    candidates = {f"c{i:04d}": 0.25 for i in range(1, challengers + 1)}
+    return {"event": "search_iteration", "accepted": accepted, "spent": 68, "candidates": candidates}
 
 
 def switch(reason: str) -> dict[str, Any]:
@@ -103,9 +105,29 @@ def test_the_beyond_studies_pair_each_rescue_mode_with_its_schedule_and_share_th
     for s in BEYOND:  # the plain schedule's runs are the domain study's: same folder, preset, overrides
         domain = main[s.name.split("-")[0]]
         assert (s.runs_folder, s.preset, s.overrides) == (domain.runs_folder, domain.preset, domain.overrides)
-        assert s.methods[0] in domain.methods
+        assert s.methods[0] in domain.methods or s.methods == ("harness-resample",)
     rescue_studies = [s for s in BEYOND if "-rescue-" in s.name]
     for s in rescue_studies:
         schedule = s.methods[0]
         assert s.methods == (schedule, f"{schedule}+on_policy", f"{schedule}+distill")
     assert {s.name for s in BEYOND if s.methods == ("whale", "whale-gain")} == {"math-gain", "searchqa-gain"}
+
+
+def test_the_wilson_interval_stays_inside_zero_and_one_and_is_wide_at_few_trials():
+    assert wilson(0, 10) == (0.0, wilson(0, 10)[1])
+    assert 0.27 < wilson(0, 10)[1] < 0.28  # the textbook 0 of 10: [0, 0.278]
+    low, high = wilson(5, 10)
+    assert 0.23 < low < 0.24 and 0.76 < high < 0.77
+    assert wilson(0, 0) == (0.0, 1.0)
+    assert wilson(3, 300)[1] < wilson(3, 30)[1]
+
+
+def test_the_resample_control_counts_every_accepted_copy_as_a_false_acceptance():
+    control = summary(
+        "searchqa-resample",
+        {"harness-resample": [search(), search(True, challengers=1), search(), search(), step()]},
+    )
+    text = "\n".join(section_beyond(control))
+    assert "| harness-resample | 0 | 4 | 7 | 1 |" in text
+    assert "1 of 4 iterations, 25.0%" in text
+    assert "resample" in {s.name.split("-")[1] for s in BEYOND}

@@ -1,9 +1,11 @@
 """Tables for the studies beyond the paper (issue 32), read from the summaries' unit events: what rescue
-found and trained on, and which side the gain-driven schedule spent its phases on, and why."""
+found and trained on, which side the gain-driven schedule spent its phases on and why, and how often the
+harness-resample control accepted a copy of the incumbent."""
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from typing import Any
 
@@ -126,10 +128,51 @@ def section_rescue(s: StudySummary) -> list[str]:
     ]
 
 
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a rate: unlike the normal one, sane at 0 of n."""
+    if n == 0:
+        return 0.0, 1.0
+    p, spread = hits / n, z * z / n
+    centre = (p + spread / 2) / (1 + spread)
+    half = z * math.sqrt(p * (1 - p) / n + spread / (4 * n)) / (1 + spread)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def acceptance_counts(events: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """Search iterations, challengers scored in them, and iterations that changed the harness."""
+    iterations = [e for e in events if e["event"] == "search_iteration"]
+    challengers = sum(len(e.get("candidates") or {}) for e in iterations)
+    return len(iterations), challengers, sum(1 for e in iterations if e.get("accepted"))
+
+
+def section_controls(s: StudySummary) -> list[str]:
+    """harness-resample: every challenger is a copy of the incumbent, so every acceptance is false."""
+    rows, pooled = [], [0, 0]
+    for method, seeds in s.runs.items():
+        for run in seeds:
+            iterations, challengers, accepted = acceptance_counts(run.events)
+            pooled = [pooled[0] + accepted, pooled[1] + iterations]
+            rows.append([method, str(run.seed), str(iterations), str(challengers), str(accepted)])
+    low, high = wilson(*pooled)
+    rate = pooled[0] / pooled[1] if pooled[1] else 0.0
+    return [
+        f"False acceptances ({s.study.name}): each challenger is the incumbent's own file with its own "
+        "random numbers, so an iteration that changed the harness accepted a candidate no better than the "
+        f"one it replaced. Pooled over the runs: {pooled[0]} of {pooled[1]} iterations, {rate:.1%} "
+        f"[95% Wilson {low:.1%}, {high:.1%}], treating iterations as independent.",
+        "",
+        md_table(["method", "seed", "search iterations", "challengers scored", "accepted (false)"], rows),
+        "",
+    ]
+
+
 def section_beyond(s: StudySummary) -> list[str]:
-    """The study's own table: schedules for a whale-gain study, rescue counts for a rescue study."""
+    """The study's own table: schedules for a whale-gain study, rescue counts for a rescue study, false
+    acceptances for the harness-resample control."""
     methods = list(s.runs)
     out = section_gain(s) if any(m.startswith("whale-gain") for m in methods) else []
     if any("+on_policy" in m or "+distill" in m for m in methods):
         out += section_rescue(s)
+    if "harness-resample" in methods:
+        out += section_controls(s)
     return out

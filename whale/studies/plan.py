@@ -45,7 +45,8 @@ LR_SWEEP = ("1e-4", "3e-4", "1e-3")  # weights.lr under weight-only on math; the
 
 DOMAIN_TITLES = {"math": "Math", "searchqa": "Search QA", "chess": "Chess"}
 
-# Beyond the paper (issue 32): rescue of zero-signal tasks under each schedule, and the gain-driven schedule.
+# Beyond the paper (issue 32): rescue of zero-signal tasks under each schedule, the gain-driven schedule, and
+# the harness-resample control.
 # They run in their domain's folder, so the plain weight-only and whale runs are the domain study's own.
 BEYOND: tuple[Study, ...] = (
     *(
@@ -65,6 +66,16 @@ BEYOND: tuple[Study, ...] = (
             f"{DOMAIN_TITLES[domain]}: the gain-driven schedule (whale-gain) against whale",
             f"results-{domain}",
             ("whale", "whale-gain"),
+            folder=domain,
+        )
+        for domain in ("math", "searchqa")
+    ),
+    *(
+        Study(
+            f"{domain}-resample",
+            f"{DOMAIN_TITLES[domain]}: the harness-resample control (every acceptance is a false one)",
+            f"results-{domain}",
+            ("harness-resample",),
             folder=domain,
         )
         for domain in ("math", "searchqa")
