@@ -139,10 +139,11 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def acceptance_counts(events: list[dict[str, Any]]) -> tuple[int, int, int]:
-    """Search iterations, challengers scored in them, and iterations that changed the harness."""
-    iterations = [e for e in events if e["event"] == "search_iteration"]
-    challengers = sum(len(e.get("candidates") or {}) for e in iterations)
-    return len(iterations), challengers, sum(1 for e in iterations if e.get("accepted"))
+    """Search iterations that scored a challenger (one the budget cut before its first look decided
+    nothing), the challengers scored in them, and the iterations that changed the harness."""
+    decided = [e for e in events if e["event"] == "search_iteration" and e.get("candidates")]
+    challengers = sum(len(e["candidates"]) for e in decided)
+    return len(decided), challengers, sum(1 for e in decided if e.get("accepted"))
 
 
 def section_controls(s: StudySummary) -> list[str]:
@@ -161,7 +162,7 @@ def section_controls(s: StudySummary) -> list[str]:
         f"one it replaced. Pooled over the runs: {pooled[0]} of {pooled[1]} iterations, {rate:.1%} "
         f"[95% Wilson {low:.1%}, {high:.1%}], treating iterations as independent.",
         "",
-        md_table(["method", "seed", "search iterations", "challengers scored", "accepted (false)"], rows),
+        md_table(["method", "seed", "iterations that decided", "challengers", "accepted (false)"], rows),
         "",
     ]
 
