@@ -123,10 +123,11 @@ def test_the_wilson_interval_stays_inside_zero_and_one_and_is_wide_at_few_trials
 
 
 def test_the_resample_control_counts_every_accepted_copy_as_a_false_acceptance():
+    cut = search() | {"reason": "no decision: the budget ran out before look 3, after 8 tasks, 32 rollouts"}
     control = summary(
         "searchqa-resample",
-        {"harness-resample": [search(), search(True, 1), search(), search(), search(challengers=0)]},
-    )  # the last iteration's budget ran out before it scored anyone: it decided nothing
+        {"harness-resample": [search(), search(True, 1), search(), search(), search(challengers=0), cut]},
+    )  # the last two races were cut short by the budget, before and after scoring: neither decided
     text = "\n".join(section_beyond(control))
     assert "| harness-resample | 0 | 4 | 7 | 1 |" in text
     assert "1 of 4 iterations, 25.0%" in text

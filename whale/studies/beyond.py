@@ -138,12 +138,17 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def decided(event: dict[str, Any]) -> bool:
+    """A race the budget cut short (the race's reason says "no decision") could not accept anyone."""
+    return bool(event.get("candidates")) and not str(event.get("reason", "")).startswith("no decision")
+
+
 def acceptance_counts(events: list[dict[str, Any]]) -> tuple[int, int, int]:
-    """Search iterations that scored a challenger (one the budget cut before its first look decided
-    nothing), the challengers scored in them, and the iterations that changed the harness."""
-    decided = [e for e in events if e["event"] == "search_iteration" and e.get("candidates")]
-    challengers = sum(len(e["candidates"]) for e in decided)
-    return len(decided), challengers, sum(1 for e in decided if e.get("accepted"))
+    """Search iterations whose race came to a decision, the challengers raced in them, and the
+    iterations that changed the harness."""
+    done = [e for e in events if e["event"] == "search_iteration" and decided(e)]
+    challengers = sum(len(e["candidates"]) for e in done)
+    return len(done), challengers, sum(1 for e in done if e.get("accepted"))
 
 
 def section_controls(s: StudySummary) -> list[str]:
