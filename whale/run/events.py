@@ -107,7 +107,7 @@ def weight_step_event(
 class SearchIteration(Event):
     kind: ClassVar[str] = "search_iteration"
     summary_fields: ClassVar[tuple[str, ...]] = (
-        "iteration", "incumbent", "incumbent_score", "accepted", "candidates", "spent",
+        "iteration", "incumbent", "incumbent_score", "accepted", "candidates", "spent", "reason",
     )  # fmt: skip
     optional: ClassVar[tuple[str, ...]] = ("reason", "population", "decision_rollouts")
     iteration: int
