@@ -36,6 +36,8 @@ import numpy as np
 
 FLIPS = 20_000  # random sign patterns per test; the p-value's resolution is 1 / (FLIPS + 1)
 
+NO_DECISION = "no decision"  # how the reason of a race the budget cut short begins
+
 
 @dataclass(frozen=True)
 class RaceSettings:
@@ -245,5 +247,5 @@ def cut_short(entries: list[RaceEntry], looks: int, seen: int, rollouts: int, st
     for e in entries:
         if e.status == "live":
             e.status, e.reason = "cut", f"the budget ran out before {step} (p {e.p_better:.4f})"
-    reason = f"no decision: the budget ran out before {step}, after {seen} tasks, {rollouts} rollouts"
+    reason = f"{NO_DECISION}: the budget ran out before {step}, after {seen} tasks, {rollouts} rollouts"
     return RaceResult(entries, None, looks, seen, rollouts, reason)

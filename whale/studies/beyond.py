@@ -9,6 +9,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from whale.search.race import NO_DECISION
 from whale.studies.compare import RunData, md_table
 from whale.studies.plan import StudySummary
 
@@ -139,8 +140,8 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def decided(event: dict[str, Any]) -> bool:
-    """A race the budget cut short (the race's reason says "no decision") could not accept anyone."""
-    return bool(event.get("candidates")) and not str(event.get("reason", "")).startswith("no decision")
+    """A race the budget cut short could not accept anyone, whether or not it scored its challengers."""
+    return bool(event.get("candidates")) and not str(event.get("reason", "")).startswith(NO_DECISION)
 
 
 def acceptance_counts(events: list[dict[str, Any]]) -> tuple[int, int, int]:
@@ -153,21 +154,21 @@ def acceptance_counts(events: list[dict[str, Any]]) -> tuple[int, int, int]:
 
 def section_controls(s: StudySummary) -> list[str]:
     """harness-resample: every challenger is a copy of the incumbent, so every acceptance is false."""
-    rows, pooled = [], [0, 0]
-    for method, seeds in s.runs.items():
-        for run in seeds:
-            iterations, challengers, accepted = acceptance_counts(run.events)
-            pooled = [pooled[0] + accepted, pooled[1] + iterations]
-            rows.append([method, str(run.seed), str(iterations), str(challengers), str(accepted)])
-    low, high = wilson(*pooled)
-    rate = pooled[0] / pooled[1] if pooled[1] else 0.0
+    runs = [(method, run) for method, rs in s.runs.items() for run in rs]
+    counts = [(method, run.seed, *acceptance_counts(run.events)) for method, run in runs]
+    accepted, iterations = sum(row[4] for row in counts), sum(row[2] for row in counts)
+    low, high = wilson(accepted, iterations)
+    rate = accepted / iterations if iterations else 0.0
     return [
         f"False acceptances ({s.study.name}): each challenger is the incumbent's own file with its own "
         "random numbers, so an iteration that changed the harness accepted a candidate no better than the "
-        f"one it replaced. Pooled over the runs: {pooled[0]} of {pooled[1]} iterations, {rate:.1%} "
+        f"one it replaced. Pooled over the runs: {accepted} of {iterations} iterations, {rate:.1%} "
         f"[95% Wilson {low:.1%}, {high:.1%}], treating iterations as independent.",
         "",
-        md_table(["method", "seed", "iterations that decided", "challengers", "accepted (false)"], rows),
+        md_table(
+            ["method", "seed", "iterations that decided", "challengers", "accepted (false)"],
+            [[str(x) for x in row] for row in counts],
+        ),
         "",
     ]
 
