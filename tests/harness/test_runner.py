@@ -11,7 +11,7 @@ import pytest
 from conftest import AddDomain, AddToolbox
 
 from tests.processes import group_alive
-from whale.harness.calls import RolloutJob, RunnerLimits
+from whale.harness.calls import RolloutJob, RunnerLimits, conversation_key
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutRunner
 from whale.harness.task import Task
@@ -455,3 +455,25 @@ def test_continuous_batching_answers_calls_as_they_finish_and_cancels_a_dead_rol
     # answered as their rows finished, while the long call was still decoding
     assert max(r.timings["wall_s"] for r in rollouts[1:]) < rollouts[0].timings["wall_s"]
     assert not engine.busy and not runner._owners  # the long call was cancelled, nothing left queued
+
+
+def test_a_replay_is_answered_from_its_script_and_never_by_the_engine(make_runner, add_domain, fake_engine):
+    """The i-th call on a conversation gets the script's i-th reply (its last when there are fewer); a
+    conversation the script lacks gets ''; the engine sees nothing, and the verifier still scores."""
+    source = body(
+        "plan = llm.chat([{'role': 'user', 'content': 'plan'}])",
+        "votes = llm.chat([{'role': 'user', 'content': 'answer'}], n=3)",
+        "lost = llm.chat([{'role': 'user', 'content': 'off the script'}])",
+        "return '|'.join([plan, *votes, lost]) if lost else votes[-1]",
+    )
+    script = {
+        conversation_key([{"role": "user", "content": "plan"}]): ("a plan",),
+        conversation_key([{"role": "user", "content": "answer"}]): ("0", add_domain.tasks[1].gold["answer"]),
+    }
+    runner = make_runner(workers=1)
+    [replayed] = runner.run([RolloutJob(add_domain.tasks[1], harness(source), 0, script=script)])
+    assert replayed.error is None and fake_engine.batch_sizes == []
+    assert [c.text for c in replayed.calls] == ["a plan", "0", "14", "14", ""]
+    assert {c.finish_reason for c in replayed.calls} == {"scripted"}
+    assert all(c.completion_ids == [] for c in replayed.calls)
+    assert replayed.answer == "14" and replayed.reward == 1.0

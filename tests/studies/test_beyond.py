@@ -74,17 +74,20 @@ def test_rescue_records_are_summed_over_weight_steps_and_off_runs_say_so():
         step(None),
         step(rescue(3, 2, {"c0009": 1, "c0010": 1}, {"not in reply": 1, "multi-call": 1})),
     ]
+    events[2]["rescue"]["targets"] = {"answer in place": 2, "reply": 1}  # older records have none
     t = rescue_totals(events)
     assert t is not None
     assert (t["zero_signal"], t["tried"], t["rescued"], t["rollouts"], t["examples"]) == (8, 8, 3, 32, 3)
     assert t["harnesses"] == 2  # distinct harnesses, not rescues
     assert t["skipped"] == "multi-call 1, not in reply 3"
+    assert t["targets"] == "answer in place 2, reply 1"
     assert rescue_totals([step(None), step(None)]) is None
     off = fake_run("weight-only", [(0, 0.0)], [step(None), step(None, tasks=7)])
     on = fake_run("weight-only+distill", [(0, 0.0)], events)
     rows = rescue_rows({"weight-only": [off], "weight-only+distill": [on]})
-    assert rows[0][2:] == ["- of 15"] + ["-"] * 6
+    assert rows[0][2:] == ["- of 15"] + ["-"] * 7
     assert rows[1][2:5] == ["8 of 24", "8", "3"]
+    assert rows[1][-2:] == ["answer in place 2, reply 1", "multi-call 1, not in reply 3"]
 
 
 def test_each_study_gets_its_own_table():

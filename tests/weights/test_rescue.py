@@ -19,7 +19,7 @@ from tests.fixtures.rescue_domain import RESCUER, RescueDomain
 from whale.core.config import ConfigError, load_config
 from whale.core.files import read_json, read_jsonl
 from whale.core.progress import track
-from whale.harness.records import HarnessCandidate, ModelCall, Rollout
+from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutRunner
 from whale.harness.task import Task
 from whale.model.engine import SamplingParams
@@ -29,8 +29,6 @@ from whale.model.trainer import Trainer, TrainerConfig, TrainExample
 from whale.search.archive import Archive
 from whale.weights.rescue import (
     RescueSettings,
-    distill_example,
-    distill_examples,
     plan_rescue,
     rescue_jobs,
     rescue_report,
@@ -39,12 +37,7 @@ from whale.weights.rescue import (
 from whale.weights.step import WeightBatch, WeightSettings, merged, weight_step
 
 RESCUE_DOMAIN = Path(__file__).resolve().parents[1] / "fixtures" / "rescue_domain.py"
-ASK = [{"role": "user", "content": "q"}]
 BARS = partial(track, Console(file=io.StringIO()))
-
-
-def call(messages, prompt, completion, text="", train=True, max_tokens=8) -> ModelCall:
-    return ModelCall(messages, prompt, completion, text, "stop", train, {"max_tokens": max_tokens})
 
 
 def rollout(task, sample, reward, harness="c0", answer=None, calls=()) -> Rollout:
@@ -90,44 +83,12 @@ def test_the_pool_is_asked_only_when_a_task_can_be_rescued():
     ]  # fmt: skip
 
 
-def test_a_distilled_example_is_the_incumbents_prompt_with_the_rescued_reply():
-    incumbent = rollout("a", 0, 0.0, answer="7", calls=[call(ASK, [1, 2, 3], [9, 9], "7")])
-    other = [{"role": "user", "content": "q with the options"}]
-    rescued = rollout("a", 0, 1.0, "c1", "12", [call(other, [1, 5, 5, 3], [4, 12, 2], "it is 12.")])
-    example = distill_example(incumbent, rescued)
-    assert isinstance(example, TrainExample)
-    assert example.ids == [1, 2, 3, 4, 12, 2] and example.mask == [0, 0, 0, 1, 1, 1]
-
-
-def test_distill_skips_what_is_not_well_defined_and_says_why():
-    rescued = rollout("a", 0, 1.0, "c1", "12", [call(ASK, [1], [4, 12], "12")])
-    plan = call(ASK, [1], [5], "a plan")
-    again = [*ASK, {"role": "assistant", "content": "a plan"}, {"role": "user", "content": "so?"}]
-    answer = call(again, [1], [6])
-    assert distill_example(rollout("a", 0, 0.0, calls=[plan, answer]), rescued) == "several calls"
-    untrained = call(ASK, [1], [5], train=False)
-    assert distill_example(rollout("a", 0, 0.0, calls=[untrained]), rescued) == "no call"
-    assert distill_example(rollout("a", 0, 0.0), rescued) == "no call"
-    short = rollout("a", 0, 0.0, calls=[call(ASK, [1], [5], max_tokens=1)])
-    assert distill_example(short, rescued) == "too long"
-    by_tool = rollout("a", 0, 1.0, "c1", "12", [call(ASK, [1], [4], "add(5, 7)")])
-    assert distill_example(short, by_tool) == "not in reply"
-    # the n samples of one request are one conversation: the last is the answering call
-    votes = rollout("a", 0, 0.0, calls=[call(ASK, [1, 2], [5]), call(ASK, [1, 2], [6])])
-    assert distill_example(votes, rescued).ids == [1, 2, 4, 12]
-
-
-def test_distill_examples_keep_at_most_a_few_per_task_and_count_the_skips():
-    incumbent = [rollout("a", 0, 0.0, calls=[call(ASK, [1], [5])]), rollout("b", 0, 0.0)]
-    reply = [call(ASK, [2], [7], "7")]
-    rescue = [rollout("a", s, 1.0, "c1", "7", reply) for s in range(3)]
-    rescue += [rollout("a", 3, 0.0, "c1", "7", reply), rollout("b", 0, 1.0, "c1", "7", reply)]
-    pairs, skipped = distill_examples(incumbent, rescue, 1.0, 2)
-    assert [(r.task_id, r.sample) for r, _ in pairs] == [("a", 0), ("a", 1)]
-    assert skipped == Counter({"no call": 1})
-    report = rescue_report("distill", ["a", "b"], rescue, 1.0, len(pairs), skipped)
-    assert (report.zero_signal, report.tried, report.rescued, report.rollouts) == (2, 2, 2, 5)
-    assert report.by_harness == {"c1": 2} and report.skipped == {"no call": 1}
+def test_a_rescue_report_counts_tasks_rescued_per_harness():
+    rescue = [rollout("a", s, 1.0, "c1") for s in range(3)] + [rollout("b", 0, 0.0, "c1")]
+    rescue.append(rollout("b", 1, 1.0, "c2"))
+    report = rescue_report("distill", ["a", "b", "c"], rescue, 1.0, 2, Counter({"no call": 1}))
+    assert (report.zero_signal, report.tried, report.rescued, report.rollouts) == (3, 2, 2, 5)
+    assert report.by_harness == {"c1": 1, "c2": 1} and report.skipped == {"no call": 1}
 
 
 def test_merged_batches_keep_dpo_pairs_apart():
@@ -186,13 +147,18 @@ def test_a_weight_step_rescues_zero_signal_tasks_under_another_harness(tiny, mod
     assert passing, "the rescuer passes about half its rollouts under the tiny model"
     for r in rescue:
         assert r.rescue["for"] == "c0" and r.rescue["mode"] == mode
-        assert r.rescue["trained"] == (r in passing) or (mode == "on_policy" and algorithm == "grpo")
+        trained = r in passing and mode == "on_policy" or (mode == "on_policy" and algorithm == "grpo")
+        assert r.rescue["trained"] == trained
         if algorithm == "grpo":
             assert r.calls[0].logprobs is not None
-    assert result.optimizer_steps > 0
-    by = "c0" if mode == "distill" else "c1"
+    if mode == "distill":  # the seed appends " #" to any reply: no target can make it pass, none is kept
+        assert report.skipped == {"no target": len(passing)} and report.replays > 0
+        assert report.examples == result.examples == result.optimizer_steps == 0
+    else:
+        assert result.optimizer_steps > 0
     if algorithm == "rft":  # the seed's rollouts all failed: every example is a rescued one
-        assert result.by_harness == {by: result.examples} and report.examples == result.examples
+        assert result.by_harness == ({"c1": result.examples} if result.examples else {})
+        assert report.examples == result.examples
     else:  # grpo trains every rollout, the seed's all-fail group with advantage 0
         assert result.by_harness == {"c0": len(main), "c1": report.examples} == {"c0": 12, "c1": 12}
     cut = weight_step(
@@ -206,7 +172,7 @@ def test_a_weight_step_rescues_zero_signal_tasks_under_another_harness(tiny, mod
 @pytest.mark.slow
 def test_a_weight_only_run_rescues_under_harnesses_the_program_proposer_wrote(tmp_path):
     out = tmp_path / "run"
-    sets = ["schedule.method=weight-only", "weights.rescue=distill", "weights.rescue_harnesses=8",
+    sets = ["schedule.method=weight-only", "weights.rescue=on_policy", "weights.rescue_harnesses=8",
             "rft.reward_threshold=1.0", "schedule.budget_rollouts=80"]  # fmt: skip
     proc = whale("run", "--preset", "tiny", "--domain-file", str(RESCUE_DOMAIN), "--out", str(out),
                  *[a for s in sets for a in ("--set", s)])  # fmt: skip

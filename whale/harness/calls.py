@@ -11,7 +11,7 @@ from typing import Any
 
 from whale.harness.records import HarnessCandidate, ToolCall
 from whale.harness.task import Task, Toolbox, ToolError
-from whale.model.engine import SamplingParams
+from whale.model.engine import Generation, GenerationRequest, SamplingParams
 
 
 @dataclass
@@ -46,6 +46,9 @@ class RolloutJob:
     verify: bool = True
     # Record every model call's per-token sampling log-probabilities (ModelCall.logprobs), for GRPO.
     logprobs: bool = False
+    # A replay: the harness's model calls are answered from this script, never by the engine
+    # (conversation key -> replies in call order; see scripted).
+    script: dict[str, tuple[str, ...]] | None = None
 
 
 def call_seed(seed: int, job: RolloutJob, call_index: int) -> int:
@@ -56,6 +59,24 @@ def call_seed(seed: int, job: RolloutJob, call_index: int) -> int:
     salt = f"{job.salt}|{job.harness.salt}" if job.harness.salt else job.salt
     key = json.dumps([seed, job.task.id, job.sample, salt, call_index]).encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") & ((1 << 63) - 1)
+
+
+def conversation_key(messages: list[dict[str, Any]]) -> str:
+    """A conversation as a script key: its turns' roles and contents."""
+    return json.dumps([[m.get("role"), m.get("content")] for m in messages])
+
+
+def scripted(
+    script: dict[str, tuple[str, ...]], requests: list[GenerationRequest], earlier: list[Any]
+) -> list[tuple[GenerationRequest, Generation]]:
+    """A replay's answers: the i-th call on a conversation gets the script's i-th reply for it (its last
+    when the script has fewer), and a conversation the script lacks gets '' (the replay has left the
+    recorded path). `earlier` holds the rollout's calls so far (anything with `.messages`)."""
+    key = conversation_key(requests[0].messages)
+    seen = sum(conversation_key(c.messages) == key for c in earlier)
+    replies = script.get(key) or ("",)
+    texts = [replies[min(seen + k, len(replies) - 1)] for k in range(len(requests))]
+    return [(req, Generation(text, [], [], "scripted")) for req, text in zip(requests, texts, strict=True)]
 
 
 def chat_problem(msg: dict[str, Any], calls_made: int, limits: RunnerLimits) -> str | None:

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from whale.core.timing import timed
-from whale.harness.calls import RolloutJob, RunnerLimits, call_seed, chat_params, chat_problem
+from whale.harness.calls import RolloutJob, RunnerLimits, call_seed, chat_params, chat_problem, scripted
 from whale.harness.confine import report_degraded, sandbox_status_problems
 from whale.harness.records import ModelCall, Rollout, ToolCall
 from whale.harness.task import Verifier
@@ -274,6 +274,8 @@ class RolloutRunner:
                 self._send(w, {"op": "error", "message": error})
             else:
                 w.request = msg
+                if w.job.script is not None:  # a replay: the script answers, not the engine
+                    self._reply(w, scripted(w.job.script, self._requests_of(w), w.rollout.calls))
             return
         if op == "tool":
             self._serve_tool(w, msg)

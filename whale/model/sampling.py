@@ -4,6 +4,7 @@ alike."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -97,6 +98,11 @@ def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
     ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     ids.add(tokenizer.eos_token_id)
     return {int(i) for i in ids if i is not None}
+
+
+def reply_encoder(tokenizer: Any) -> Callable[[str], list[int]]:
+    """Text -> the ids of a reply that ends as a sampled one does: its tokens, then the EOS token."""
+    return lambda text: [*tokenizer.encode(text, add_special_tokens=False), int(tokenizer.eos_token_id)]
 
 
 def finish_check(

@@ -201,6 +201,7 @@ def rescue_table(steps: list[dict[str, Any]]) -> str:
             ", ".join(f"{h} {n}" for h, n in r["by_harness"].items()) or "-",
             str(r["rollouts"]),
             str(r["examples"]),
+            ", ".join(f"{kind} {n}" for kind, n in (r.get("targets") or {}).items()) or "-",
             ", ".join(f"{why} {n}" for why, n in r["skipped"].items()) or "-",
         ]
         for step, r in rescued
@@ -208,10 +209,11 @@ def rescue_table(steps: list[dict[str, Any]]) -> str:
     note = (
         '<p class="note">Rescue: the tasks whose rollouts under the incumbent all failed, run again under'
         " other harnesses (rescue rollouts are charged to the budget and marked in rollouts/train.jsonl)."
-        " Tasks rescued per harness; distill skips by reason.</p>"
+        " Tasks rescued per harness; distill's examples by the target a replay of the incumbent confirmed,"
+        " and its skips by reason.</p>"
     )
     head = ["step", "mode", "zero-signal tasks", "tried", "rescued", "by harness", "rollouts", "examples"]
-    return note + table_html([*head, "skipped"], rows, {0, 2, 3, 4, 6, 7})
+    return note + table_html([*head, "distill targets", "skipped"], rows, {0, 2, 3, 4, 6, 7})
 
 
 def section_search(run: RunFiles) -> str:

@@ -26,6 +26,7 @@ from whale.core.timing import restart as restart_timing
 from whale.domains.registry import build_domain
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.model.distributed import build_trainer
+from whale.model.sampling import reply_encoder
 from whale.rollout.build import build_executor
 from whale.run import events
 from whale.run.budget import Budget
@@ -102,7 +103,7 @@ class Experiment:
         self.archive = Archive(self.dir / SEARCH)
         parts = {"trainer": self.trainer, "runner": self.runner, "archive": self.archive, "run": self.dir}
         self.cross = cross_evaluator(cfg.eval, self.splits, self.bars, resume, **parts)  # before a load
-        self.weight_settings = WeightSettings.from_config(cfg)
+        self.weight_settings = WeightSettings.from_config(cfg, reply_encoder(tokenizer))
         brief = search_brief(cfg, self.domain)
         self.search_settings = SearchSettings.from_config(cfg, brief, self.rules.prompts_only)
         self.state = self._load_state() if resume else self._fresh_state(seed)

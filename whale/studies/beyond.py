@@ -77,10 +77,11 @@ def rescue_totals(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     totals: dict[str, Any] = {k: sum(int(r[k]) for r in records) for k in ("zero_signal", "tried", "rescued")}
     totals |= {k: sum(int(r[k]) for r in records) for k in ("rollouts", "examples")}
     totals["harnesses"] = len({h for r in records for h in r.get("by_harness", {})})
-    skipped: Counter[str] = Counter()
-    for r in records:
-        skipped.update(r.get("skipped") or {})
-    totals["skipped"] = ", ".join(f"{why} {n}" for why, n in sorted(skipped.items())) or "-"
+    for key in ("skipped", "targets"):
+        counts: Counter[str] = Counter()
+        for r in records:
+            counts.update(r.get(key) or {})
+        totals[key] = ", ".join(f"{name} {n}" for name, n in sorted(counts.items())) or "-"
     return totals
 
 
@@ -96,7 +97,7 @@ def rescue_rows(runs: dict[str, list[RunData]]) -> list[list[str]]:
             t = rescue_totals(run.events)
             sampled = sampled_groups(run.events)
             if t is None:
-                rows.append([method, str(run.seed), f"- of {sampled}", "-", "-", "-", "-", "-", "-"])
+                rows.append([method, str(run.seed), f"- of {sampled}", *["-"] * 7])
                 continue
             rows.append(
                 [
@@ -108,6 +109,7 @@ def rescue_rows(runs: dict[str, list[RunData]]) -> list[list[str]]:
                     str(t["harnesses"]),
                     str(t["rollouts"]),
                     str(t["examples"]),
+                    t["targets"],
                     t["skipped"],
                 ]
             )
@@ -116,12 +118,13 @@ def rescue_rows(runs: dict[str, list[RunData]]) -> list[list[str]]:
 
 def section_rescue(s: StudySummary) -> list[str]:
     head = ["method", "seed", "zero-signal tasks (of sampled)", "tried", "rescued", "rescuing harnesses"]
-    head += ["rescue rollouts", "rescue examples", "distill skips"]
+    head += ["rescue rollouts", "rescue examples", "distill targets", "distill skips"]
     return [
         f"Rescue ({s.study.name}), summed over each run's weight steps: (step, task) groups none of whose "
         "samples under the incumbent passed, how many were run under rescue harnesses, how many passed "
         "there at least once and under how many distinct harnesses, the rollouts this charged to the "
-        "budget, the training examples it made, and passing rollouts distill could not use (rescue off "
+        "budget, the training examples it made, the targets distill's examples were built from (runs "
+        "before replayed targets existed show -), and passing rollouts distill could not use (rescue off "
         "does not count its zero-signal groups).",
         "",
         md_table(head, rescue_rows(s.runs)),

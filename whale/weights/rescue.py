@@ -7,32 +7,21 @@ rescue_pool.py), `k` rollouts each, charged to the budget like the step's own. W
 examples:
 
     on_policy   the rescue harness's own credited calls, as sampled (its prompt and its reply)
-    distill     the incumbent's answering prompt with the rescued reply as the target (context
-                distillation): the model learns the answer under the harness it is evaluated with
-
-A distill example is built from the task's first incumbent rollout and one passing rescue rollout. It
-is skipped, and counted by reason, when it is not well defined:
-
-    several calls     the incumbent's trainable calls are not all on one conversation: its answering
-                      prompt holds the model's own earlier replies, which the rescued reply never saw
-    no call           the incumbent's rollout made no trainable model call
-    not in reply      the rescued answer's words are not in the rescue's last credited reply (a tool
-                      computed the answer from it, or the harness mapped an index onto an option)
-    too long          the reply is longer than the incumbent call's max_tokens
+    distill     the incumbent's answering prompt with a target that gives the rescued answer (context
+                distillation), confirmed by replaying the incumbent harness (distill.py): the model
+                learns the answer under the harness it is evaluated with
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from whale.harness.calls import RolloutJob
-from whale.harness.records import HarnessCandidate, ModelCall, Rollout
+from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.task import Task
-from whale.model.trainer import TrainExample
-from whale.weights.examples import passed, same_turns, trainable, words
+from whale.weights.examples import passed
 
 MODES = ("off", "on_policy", "distill")
 
@@ -59,6 +48,8 @@ class RescueReport:
     rollouts: int = 0
     examples: int = 0
     skipped: dict[str, int] = field(default_factory=dict)  # distill: reason -> passing rollouts unused
+    targets: dict[str, int] = field(default_factory=dict)  # distill: target kind -> examples
+    replays: int = 0  # distill: replays of the incumbent run to confirm targets (not charged)
 
 
 def zero_signal(rollouts: list[Rollout], threshold: float) -> list[str]:
@@ -112,57 +103,15 @@ def plan_rescue(
     return zero, rescue_jobs([tasks[t] for t in zero], ran, pool(failed), settings, salt, logprobs, budget)
 
 
-def answering_call(rollout: Rollout) -> ModelCall | str:
-    """The incumbent's answering call (its last trainable one), or why there is none to distill into."""
-    calls = [c for c in rollout.calls if c.train and c.completion_ids]
-    if not calls:
-        return "no call"
-    if any(not same_turns(c.messages, calls[-1].messages) for c in calls):
-        return "several calls"
-    return calls[-1]
-
-
-def distill_example(incumbent: Rollout, rescued: Rollout) -> TrainExample | str:
-    """The incumbent's answering prompt with the rescued reply as target, or why it is skipped."""
-    call = answering_call(incumbent)
-    if isinstance(call, str):
-        return call
-    credited = trainable(rescued)
-    said = words(rescued.answer or "")
-    found = credited and said and re.search(rf"(?<!\w){re.escape(said)}(?!\w)", words(credited[-1].text))
-    if not found:
-        return "not in reply"
-    reply = credited[-1].completion_ids
-    if len(reply) > int(call.params.get("max_tokens") or len(reply)):
-        return "too long"
-    return TrainExample(call.prompt_ids + reply, [0] * len(call.prompt_ids) + [1] * len(reply))
-
-
-def distill_examples(
-    incumbent: list[Rollout], rescue: list[Rollout], threshold: float, max_per_task: int
-) -> tuple[list[tuple[Rollout, TrainExample]], Counter[str]]:
-    """Up to `max_per_task` distilled examples per rescued task, each with the rescue rollout it came
-    from, and the passing rescue rollouts skipped, by reason."""
-    first = {}
-    for r in incumbent:
-        first.setdefault(r.task_id, r)
-    out: list[tuple[Rollout, TrainExample]] = []
-    skipped: Counter[str] = Counter()
-    per_task: Counter[str] = Counter()
-    for r in rescue:
-        if not passed(r, threshold) or per_task[r.task_id] >= max_per_task:
-            continue
-        example = distill_example(first[r.task_id], r)
-        if isinstance(example, str):
-            skipped[example] += 1
-            continue
-        per_task[r.task_id] += 1
-        out.append((r, example))
-    return out, skipped
-
-
 def rescue_report(
-    mode: str, zero: list[str], rescue: list[Rollout], threshold: float, examples: int, skipped: Counter[str]
+    mode: str,
+    zero: list[str],
+    rescue: list[Rollout],
+    threshold: float,
+    examples: int,
+    skipped: Counter[str],
+    targets: Counter[str] | None = None,
+    replays: int = 0,
 ) -> RescueReport:
     rescued: dict[str, set[str]] = {}
     for r in rescue:
@@ -172,6 +121,7 @@ def rescue_report(
     return RescueReport(
         mode, len(zero), len({r.task_id for r in rescue}), len(tasks),
         {h: len(t) for h, t in sorted(rescued.items())}, len(rescue), examples, dict(skipped),
+        dict(targets or {}), replays,
     )  # fmt: skip
 
 

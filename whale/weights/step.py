@@ -32,6 +32,7 @@ from whale.harness.task import Task
 from whale.model.losses import Objective
 from whale.model.trainer import Trainer, TrainExample, training_units
 from whale.rollout.executor import Executor
+from whale.weights.distill import Distilled, Encode, distill
 from whale.weights.dpo import dpo_contributions
 from whale.weights.examples import call_examples, drop_uniform
 from whale.weights.grpo import grpo_contributions
@@ -39,7 +40,6 @@ from whale.weights.rescue import (
     RescuePool,
     RescueReport,
     RescueSettings,
-    distill_examples,
     mark,
     plan_rescue,
     rescue_report,
@@ -62,15 +62,16 @@ class WeightSettings:
     std_normalize: bool
     objective: Objective
     rescue: RescueSettings = RescueSettings()
+    encode: Encode | None = None  # the tokenizer, for distill targets built from the answer
 
     @classmethod
-    def from_config(cls, cfg: Config) -> WeightSettings:
+    def from_config(cls, cfg: Config, encode: Encode | None = None) -> WeightSettings:
         w, r = cfg.weights, cfg.rft
         objective = Objective(LOSS_OF[w.algorithm], w.dpo_beta, w.grpo_clip, w.kl_coef)
         rescue = RescueSettings(w.rescue, w.rescue_harnesses, w.rescue_k)
         return cls(
             w.algorithm, r.tasks_per_step, r.k, r.reward_threshold, r.max_kept_per_task,
-            w.drop_uniform_groups, w.grpo_std_normalize, objective, rescue,
+            w.drop_uniform_groups, w.grpo_std_normalize, objective, rescue, encode,
         )  # fmt: skip
 
 
@@ -171,21 +172,29 @@ def merged(a: WeightBatch, b: WeightBatch) -> WeightBatch:
 
 
 def rescue_batch(
-    incumbent: list[Rollout], rescue: list[Rollout], settings: WeightSettings
-) -> tuple[WeightBatch, Counter[str]]:
-    """What the rescue rollouts train: their own calls (on_policy) or the incumbent's prompts with the
-    rescued replies (distill, attributed to the incumbent harness), and the distill skips by reason."""
+    runner: Executor,
+    incumbent: list[Rollout],
+    rescue: list[Rollout],
+    harnesses: list[HarnessCandidate],
+    train_tasks: list[Task],
+    settings: WeightSettings,
+) -> tuple[WeightBatch, Distilled]:
+    """What the rescue rollouts train: their own calls (on_policy) or the incumbent's prompts with targets
+    a replay of the incumbent confirmed (distill, attributed to the incumbent harness)."""
     if settings.rescue.mode == "on_policy":
         batch = build_batch(
             rescue, settings.algorithm, settings.threshold, settings.max_kept_per_task,
             settings.drop_uniform_groups, settings.std_normalize,
         )  # fmt: skip
-        return batch, Counter()
-    pairs, skipped = distill_examples(incumbent, rescue, settings.threshold, settings.max_kept_per_task)
+        return batch, Distilled()
+    found = distill(
+        runner, incumbent, rescue, {h.id: h for h in harnesses}, {t.id: t for t in train_tasks},
+        settings.threshold, settings.max_kept_per_task, settings.encode,
+    )  # fmt: skip
     harness_of = {r.task_id: r.harness_id for r in incumbent}
-    by_harness = Counter(harness_of[r.task_id] for r, _ in pairs)
-    batch = WeightBatch([e for _, e in pairs], len(pairs), 0, dict(by_harness), None, [r for r, _ in pairs])
-    return batch, skipped
+    by_harness = Counter(harness_of[r.task_id] for r, _ in found.pairs)
+    examples, sources = [e for _, e in found.pairs], [r for r, _ in found.pairs]
+    return WeightBatch(examples, len(found.pairs), 0, dict(by_harness), None, sources), found
 
 
 def sample(
@@ -282,10 +291,13 @@ def weight_step(
     )  # fmt: skip
     report = None
     if mode != "off":
-        extra, skipped = rescue_batch(rollouts, rescue, settings)
+        extra, found = rescue_batch(runner, rollouts, rescue, harnesses, train_tasks, settings)
         batch = merged(batch, extra)
         mark(rescue, {r.task_id: r.harness_id for r in rollouts}, mode, {id(r) for r in extra.sources})
-        report = rescue_report(mode, zero, rescue, settings.threshold, len(extra.examples), skipped)
+        report = rescue_report(
+            mode, zero, rescue, settings.threshold, len(extra.examples), found.skipped, found.targets,
+            found.replays,
+        )  # fmt: skip
     n = trainer.optimizer_steps_for(len(training_units(batch.examples)))
     with bars(f"{label}: training", n) as tick, timed("trainer"):
         result = train_on(trainer, rollouts, used, batch, settings.objective, tick)
