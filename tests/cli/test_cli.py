@@ -39,11 +39,14 @@ def whale(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return _warm.run(list(args), Path(folder), timeout)
 
 
-def cold_whale(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def cold_whale(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """`python -m whale.cli <args>` started from nothing, as a user starts it."""
     return subprocess.run(
-        [sys.executable, "-m", "whale.cli", *args], capture_output=True, text=True, timeout=timeout, env=ENV
-    )
+        [sys.executable, "-m", "whale.cli", *args], capture_output=True, text=True, timeout=timeout,
+        env=env or ENV,
+    )  # fmt: skip
 
 
 def assert_user_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import chess
 import pytest
-from test_cli import assert_user_error, check_complete_run, whale
+from test_cli import ENV, assert_user_error, check_complete_run, cold_whale, whale
 
 from whale.core.files import read_jsonl
 from whale.core.stats import task_means
@@ -164,3 +164,11 @@ def test_gym_scores_prints_the_seed_score_per_dataset_and_refuses_unsupported_on
     refused = whale("gym-scores", "--preset", "tiny", "--datasets", "chain_sum", "--out", str(other))
     assert_user_error(refused, f"--out {other}: not a gym-scores file")
     assert other.read_text() == '{"runs": []}'
+
+
+def test_gym_scores_without_reasoning_gym_says_how_to_install_it(tmp_path):
+    """A missing extra is one line, as for `whale run --set domain=reasoning-gym`, not a traceback."""
+    (tmp_path / "reasoning_gym.py").write_text("raise ImportError('No module named reasoning_gym')\n")
+    path = ":".join(p for p in (str(tmp_path), ENV.get("PYTHONPATH", "")) if p)
+    proc = cold_whale("gym-scores", "--preset", "tiny", env={**ENV, "PYTHONPATH": path})
+    assert_user_error(proc, "reasoning-gym is not installed: pip install 'whale[gym]'")

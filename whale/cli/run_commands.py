@@ -142,6 +142,10 @@ def gym_scores(
     from whale.model.loading import load_model
     from whale.run.evaluation import score_rollouts
 
+    try:
+        import reasoning_gym  # noqa: F401
+    except ImportError:
+        raise user_error("gym-scores: reasoning-gym is not installed: pip install 'whale[gym]'") from None
     names = (
         [n.strip() for n in datasets.split(",")]
         if datasets
