@@ -119,9 +119,11 @@ def distill(
             out.skipped[call] += 1
         else:
             plans.append((r, call, targets(first[r.task_id], call, r)))
+    # One replay per distinct (task, target): rescues of one task often share their answer.
+    calls = {r.task_id: call for r, call, _ in plans}
     wanted = list(dict.fromkeys((r.task_id, text) for r, _, found in plans for _, text in found))
     jobs = [
-        replay_job(tasks[task], harnesses[first[task].harness_id], first[task], answering(plans, task), text)
+        replay_job(tasks[task], harnesses[first[task].harness_id], first[task], calls[task], text)
         for task, text in wanted
     ]
     replayed = runner.run(jobs) if jobs else []
@@ -147,7 +149,3 @@ def distill(
         else:
             out.skipped[reason] += 1
     return out
-
-
-def answering(plans: list[tuple[Rollout, ModelCall, list[tuple[str, str]]]], task: str) -> ModelCall:
-    return next(call for r, call, _ in plans if r.task_id == task)
