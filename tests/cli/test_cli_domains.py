@@ -172,3 +172,21 @@ def test_gym_scores_without_reasoning_gym_says_how_to_install_it(tmp_path):
     path = ":".join(p for p in (str(tmp_path), ENV.get("PYTHONPATH", "")) if p)
     proc = cold_whale("gym-scores", "--preset", "tiny", env={**ENV, "PYTHONPATH": path})
     assert_user_error(proc, "reasoning-gym is not installed: pip install 'whale[gym]'")
+
+
+def test_a_reasoning_gym_run_and_its_eval_name_the_dataset(tmp_path):
+    pytest.importorskip("reasoning_gym")
+    out = tmp_path / "run"
+    sets = ["domain=reasoning-gym", "domain.options.dataset=chain_sum", "schedule.budget_rollouts=32"]
+    proc = whale("run", "--preset", "tiny", "--out", str(out), *[a for s in sets for a in ("--set", s)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_complete_run(out)
+    assert "domain=reasoning-gym/chain_sum" in proc.stdout
+    assert "reasoning-gym/chain_sum" in (out / "report.html").read_text()
+    seed = tmp_path / "seed.py"
+    seed.write_text(whale("harness", "seed", "--domain", "reasoning-gym").stdout)
+    options = ["--set", "domain.options.dataset=chain_sum", "--set", "domain.sizes={test: 4}"]
+    scored = whale("eval", "--harness", str(seed), "--domain", "reasoning-gym", "--preset", "tiny", "--k", "1",
+                   *options)  # fmt: skip
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    assert "on reasoning-gym/chain_sum/test" in scored.stdout
