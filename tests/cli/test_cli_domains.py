@@ -185,8 +185,7 @@ def test_a_reasoning_gym_run_and_its_eval_name_the_dataset(tmp_path):
     assert "reasoning-gym/chain_sum" in (out / "report.html").read_text()
     seed = tmp_path / "seed.py"
     seed.write_text(whale("harness", "seed", "--domain", "reasoning-gym").stdout)
-    options = ["--set", "domain.options.dataset=chain_sum", "--set", "domain.sizes={test: 4}"]
-    scored = whale("eval", "--harness", str(seed), "--domain", "reasoning-gym", "--preset", "tiny", "--k", "1",
-                   *options)  # fmt: skip
+    options = ["--set", "domain.options.dataset=chain_sum", "--set", "domain.sizes={test: 4}", "--k", "1"]
+    scored = whale("eval", "--harness", str(seed), "--domain", "reasoning-gym", "--preset", "tiny", *options)
     assert scored.returncode == 0, scored.stderr[-2000:]
     assert "on reasoning-gym/chain_sum/test" in scored.stdout
