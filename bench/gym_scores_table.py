@@ -10,11 +10,14 @@ import sys
 from pathlib import Path
 
 from whale.core.files import read_json
+from whale.domains.gym import UNSUPPORTED
 
 
-def cells(row: dict, k: int, low: float, high: float) -> list[str]:
+def cells(name: str, row: dict, k: int, low: float, high: float) -> list[str]:
     if "refused" in row:
         return [f"refused: {row['refused']}", "-", "-", "-"]
+    if name in UNSUPPORTED:  # refused since the scan: its score does not mean what it says
+        return [f"refused since: {UNSUPPORTED[name]} (scored {row['mean']:.3f})", "-", "-", "-"]
     inside = "yes" if low <= row["mean"] <= high else "no"
     mean = f"{row['mean']:.3f} [{row['ci'][0]:.3f}, {row['ci'][1]:.3f}]"
     return [mean, f"{row['pass_at_k']:.3f}", f"{row['solved']:.3f}", inside]
@@ -23,7 +26,7 @@ def cells(row: dict, k: int, low: float, high: float) -> list[str]:
 def markdown(scores: dict) -> str:
     k, tasks, low, high = scores["k"], scores["tasks"], scores["low"], scores["high"]
     rows = scores["datasets"]
-    scored = {n: r for n, r in rows.items() if "refused" not in r}
+    scored = {n: r for n, r in rows.items() if "refused" not in r and n not in UNSUPPORTED}
     inside = [n for n, r in scored.items() if low <= r["mean"] <= high]
     inside.sort(key=lambda n: -scored[n]["mean"])
     solving = [n for n, r in scored.items() if r["solved"] > 0]
@@ -31,12 +34,13 @@ def markdown(scores: dict) -> str:
     lines = [
         f"{len(rows)} families, {tasks} test tasks x k={k} each, at {', '.join(commits)}: "
         f"{len(inside)} in [{low:g}, {high:g}] ({', '.join(inside) or 'none'}); {len(solving)} solved at "
-        f"least one sample outright; {len(rows) - len(scored)} refused.",
+        f"least one sample outright; {len(rows) - len(scored)} refused (since the scan).",
         "",
         f"| dataset | seed mean@{k} [95% CI] | pass@{k} | solved | in [{low:g}, {high:g}] |",
         "|---|---|---|---|---|",
     ]
-    lines += [f"| {name} | " + " | ".join(cells(rows[name], k, low, high)) + " |" for name in sorted(rows)]
+    for name in sorted(rows):
+        lines.append(f"| {name} | " + " | ".join(cells(name, rows[name], k, low, high)) + " |")
     return "\n".join(lines)
 
 

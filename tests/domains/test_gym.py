@@ -1,8 +1,10 @@
 """domain=reasoning-gym: every dataset reasoning-gym lists either builds a sound domain (disjoint splits,
-no gold in the inputs, its gold answer scores 1.0 and an empty one does not) or is refused with the
-measured reason. Nothing is silently wrong."""
+no gold in the inputs, its gold answer scores 1.0, and an empty one or another item's does not) or is
+refused with the measured reason. Nothing is silently wrong."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -14,12 +16,13 @@ from whale.domains.registry import build_domain  # noqa: E402
 from whale.harness.validate import problems  # noqa: E402
 
 TINY = {"train": 1, "search": 1, "val": 1, "test": 1}
+SEVERAL_VALID = {"jugs", "n_queens", "sokoban"}
 
 
 @pytest.mark.parametrize("name", gym_datasets())
 def test_every_dataset_builds_a_sound_domain_or_is_refused_with_its_reason(name):
     if name in UNSUPPORTED:
-        with pytest.raises(ValueError, match="not supported: its gold answer does not score 1.0"):
+        with pytest.raises(ValueError, match=f"is not supported: {re.escape(UNSUPPORTED[name])}"):
             ReasoningGymDomain(dataset=name, sizes=TINY)
         return
     domain = ReasoningGymDomain(seed=3, dataset=name, sizes=TINY)
@@ -31,6 +34,14 @@ def test_every_dataset_builds_a_sound_domain_or_is_refused_with_its_reason(name)
         assert task.gold["entry"]["question"] == task.inputs["question"]
         assert domain.verify(task, str(task.gold["answer"]), domain.toolbox(task)) == 1.0
         assert domain.verify(task, "", domain.toolbox(task)) < 1.0
+    # A wrong answer scores below 1.0: another item's gold, where it differs from this one's. Not where
+    # another item's answer can be a valid solution too (seen, and checked by hand: a pour sequence that
+    # also reaches the target, a queens board that also fits, a push sequence that also solves).
+    tasks = [t for ts in splits.values() for t in ts] if name not in SEVERAL_VALID else []
+    for task in tasks:
+        wrong = [str(t.gold["answer"]) for t in tasks if str(t.gold["answer"]) != str(task.gold["answer"])]
+        if wrong:
+            assert domain.verify(task, wrong[0], domain.toolbox(task)) < 1.0, (task.gold["answer"], wrong[0])
 
 
 def test_splits_are_seeded_apart_and_exposed_metadata_is_named():

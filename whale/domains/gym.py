@@ -21,11 +21,17 @@ from whale.harness.task import Task
 DEFAULT_SIZES = {"train": 512, "search": 32, "val": 32, "test": 64}
 DEALT = ("test", "val", "search", "train")  # evaluation splits first, so train size never changes them
 EXTRA = 2.0  # items generated per task asked for, so duplicates can be skipped
-# Datasets whose own gold answer does not score 1.0 under their own score_answer (measured on 24 items
-# each, reasoning-gym 0.1.25): a reward there would not mean what it says.
+# Datasets whose own score_answer cannot tell right from wrong (reasoning-gym 0.1.25): their gold answer
+# does not score 1.0 (measured on 24 items each), or any answer does. A reward there would not mean what
+# it says.
 UNSUPPORTED = {
     name: "its gold answer does not score 1.0 under its own score_answer (several answers are valid)"
     for name in ("boxnet", "graph_color", "propositional_logic", "rubiks_cube", "rush_hour")
+} | {
+    "game_of_life_halting": "any non-empty answer scores 1.0 under its own score_answer (it compares "
+    "bool(answer) with bool(gold), and bool('False') is True)",
+    "puzzle24": "a wrong answer scores 1.0 under its own score_answer (any four numbers in range that make "
+    "24 pass: it does not check that they are the puzzle's)",
 }
 
 
