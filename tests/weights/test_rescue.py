@@ -198,11 +198,11 @@ def test_a_weight_only_run_rescues_under_harnesses_the_program_proposer_wrote(tm
 @pytest.mark.slow
 def test_a_killed_rescue_run_resumes_without_losing_or_double_counting(tmp_path):
     out = tmp_path / "run"
-    # three weight steps: the kill lands after the second, while the third runs (with two, only the last
-    # evaluation is left to kill it in, which a loaded machine can miss)
+    # five weight steps: the kill lands after the second, while a later one runs (with fewer, a loaded
+    # machine can miss the window: here distill finds no target, so its steps take no optimizer step)
     sets = (
         f"domain.file={RESCUE_DOMAIN}", "schedule.method=weight-only", "weights.rescue=distill",
-        "weights.rescue_harnesses=8", "rft.reward_threshold=1.0", "schedule.budget_rollouts=240",
+        "weights.rescue_harnesses=8", "rft.reward_threshold=1.0", "schedule.budget_rollouts=400",
     )  # fmt: skip
     with run_in_background(out, *sets):
         pass

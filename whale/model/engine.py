@@ -36,7 +36,7 @@ class Generation:
     text: str
     prompt_ids: list[int]
     completion_ids: list[int]
-    finish_reason: str  # "stop" (stop string), "eos", or "length"
+    finish_reason: str  # "stop" (stop string), "eos", "length", or "scripted" (a replay's, no engine)
     # When requested: log p(token) for each completion token under the model's next-token distribution
     # at the request's temperature (log_softmax(logits / T); T <= 0 counts as 1), before top-k/top-p
     # truncation. This is the quantity `whale.model.trainer.target_logprobs` computes, so a policy

@@ -35,8 +35,6 @@ from whale.model.trainer import TrainExample
 from whale.rollout.executor import Executor
 from whale.weights.examples import passed, same_turns, trainable
 
-KINDS = ("reply", "answer in place", "answer")
-
 Encode = Callable[[str], list[int]]  # a reply's text -> its token ids, ending with the end-of-reply token
 
 
