@@ -110,11 +110,21 @@ def test_the_beyond_studies_pair_each_rescue_mode_with_its_schedule_and_share_th
         domain = main[s.name.split("-")[0]]
         assert (s.runs_folder, s.preset, s.overrides) == (domain.runs_folder, domain.preset, domain.overrides)
         assert s.methods[0] in domain.methods or s.methods == ("harness-resample",)
+        assert s.seeds == domain.seeds == 5
     rescue_studies = [s for s in BEYOND if "-rescue-" in s.name]
     for s in rescue_studies:
         schedule = s.methods[0]
         assert s.methods == (schedule, f"{schedule}+on_policy", f"{schedule}+distill")
-    assert {s.name for s in BEYOND if s.methods == ("whale", "whale-gain")} == {"math-gain", "searchqa-gain"}
+    domains = ("math", "searchqa", "chess")
+    assert {s.name for s in BEYOND if s.methods == ("whale", "whale-gain")} == {f"{d}-gain" for d in domains}
+    assert {s.name for s in rescue_studies} == {
+        f"{d}-rescue-{m}" for d in domains for m in ("weight-only", "whale")
+    }
+    controls = {s.name: s.methods for s in BEYOND if s.name.endswith(("-resample", "-random"))}
+    assert controls == {
+        **{f"{d}-resample": ("harness-resample",) for d in domains},
+        **{f"{d}-random": ("harness-only", "harness-random") for d in domains},
+    }
 
 
 def test_the_wilson_interval_stays_inside_zero_and_one_and_is_wide_at_few_trials():

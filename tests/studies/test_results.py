@@ -28,7 +28,8 @@ from whale.studies.claims import (
 )
 from whale.studies.compare import RunData, build_rows, mean_curve
 from whale.studies.plan import SIX, STUDIES, Study, StudySummary, load_summary
-from whale.studies.results import render, run_study, section_run_time, section_weight_steps
+from whale.studies.results import render, section_run_time, section_weight_steps
+from whale.studies.running import run_study
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 TASKS = tuple(
@@ -281,18 +282,3 @@ def test_results_render_only_writes_the_document_without_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "results.md").read_text()
     assert text.count("Not run yet") >= 3 and "| a |" in text
-
-
-def test_a_study_whose_runs_ran_at_different_commits_is_refused_unless_allowed(tmp_path):
-    from whale.core.config import ConfigError
-    from whale.studies.results import commits_of, refuse_mixed_commits
-
-    one, other = fake_run("whale", [(0, 0.1)]), fake_run("weight-only", [(0, 0.1)])
-    one.commits, other.commits = ["aaaaaaa"], ["aaaaaaa", "bbbbbbb"]  # the second was resumed at a new one
-    assert commits_of([one, other]) == ["aaaaaaa", "bbbbbbb"]
-    with pytest.raises(ConfigError, match="ran at different commits \\(aaaaaaa, bbbbbbb\\)"):
-        refuse_mixed_commits("math", [one, other], tmp_path, allowed=False)
-    refuse_mixed_commits("math", [one, other], tmp_path, allowed=True)
-    other.commits = ["aaaaaaa"]
-    refuse_mixed_commits("math", [one, other], tmp_path, allowed=False)
-    assert commits_of([fake_run("x", [(0, 0.0)])]) == ["not recorded"]  # summaries from before issue 22

@@ -326,12 +326,21 @@ def results(
     mixed_commits: Annotated[
         bool, typer.Option("--mixed-commits", help="Accept a study whose runs ran at different commits.")
     ] = False,
+    plan: Annotated[
+        bool,
+        typer.Option("--plan", help="Print the compute plan (runs done, hours done and left); run nothing."),
+    ] = False,
 ) -> None:
     """Run every study behind docs/results.md (each a `whale compare`), summarize it, render the document."""
+    from whale.studies.compute import section_plan
     from whale.studies.plan import select_studies
-    from whale.studies.results import render, run_study
+    from whale.studies.results import render
+    from whale.studies.running import run_study
 
     chosen = select_studies(study)
+    if plan:
+        console.print("\n".join(section_plan(docs, tuple(chosen))), markup=False)
+        return
     if not render_only:
         for s in chosen:
             console.print(

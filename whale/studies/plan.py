@@ -15,6 +15,11 @@ from whale.studies.compare import (
 
 SIX = ("whale", "whale-adaptive", "weight-only", "harness-only", "stagewise", "fast-slow")
 
+# The results edition a summary belongs to. The second (issue 33) runs every study at one commit with five
+# seeds; summaries written before the field existed are the first edition's, rendered as they are.
+EDITION = 2
+DOMAINS = ("math", "searchqa", "chess")
+
 
 @dataclass(frozen=True)
 class Study:
@@ -24,7 +29,7 @@ class Study:
     title: str
     preset: str
     methods: tuple[str, ...]
-    seeds: int = 3
+    seeds: int = 5
     overrides: tuple[str, ...] = ()
     folder: str = ""  # run folder under --runs; studies that share runs name the same folder
 
@@ -45,8 +50,28 @@ LR_SWEEP = ("1e-4", "3e-4", "1e-3")  # weights.lr under weight-only on math; the
 
 DOMAIN_TITLES = {"math": "Math", "searchqa": "Search QA", "chess": "Chess"}
 
+# Three reasoning-gym families, by the rule docs/domains.md stated before any of their runs: seed mean@4 in
+# [0.02, 0.40] and a sample solved (docs/bench/2026-12-05-gym-scores.json); the family with the most solved
+# samples in each of reasoning-gym's task kinds; the three kinds whose pick solved most (ties: higher mean).
+# tests/studies/test_plan.py applies the rule to the committed scores.
+GYM_FAMILIES = ("isomorphic_strings", "knights_knaves", "number_format")
+
+# Budget pilots, run first: weight-only at three times the results presets' budget, so that the edition's
+# budget can be one where weight-only's curve has flattened (docs/results.md shows the curves).
+PILOTS: tuple[Study, ...] = tuple(
+    Study(
+        f"{domain}-budget",
+        f"{DOMAIN_TITLES[domain]}: weight-only at three times the budget (the budget pilot)",
+        f"results-{domain}",
+        ("weight-only",),
+        seeds=3,
+        overrides=("schedule.budget_rollouts=2304", "eval.every_rollouts=384"),
+    )
+    for domain in DOMAINS
+)
+
 # Beyond the paper (issue 32): rescue of zero-signal tasks under each schedule, the gain-driven schedule, and
-# the harness-resample control.
+# the controls (harness-resample: every acceptance is a false one; harness-random: mechanisms undiagnosed).
 # They run in their domain's folder, so the plain weight-only and whale runs are the domain study's own.
 BEYOND: tuple[Study, ...] = (
     *(
@@ -57,7 +82,7 @@ BEYOND: tuple[Study, ...] = (
             (schedule, f"{schedule}+on_policy", f"{schedule}+distill"),
             folder=domain,
         )
-        for domain in ("math", "chess")
+        for domain in DOMAINS
         for schedule in ("weight-only", "whale")
     ),
     *(
@@ -68,7 +93,7 @@ BEYOND: tuple[Study, ...] = (
             ("whale", "whale-gain"),
             folder=domain,
         )
-        for domain in ("math", "searchqa")
+        for domain in DOMAINS
     ),
     *(
         Study(
@@ -78,12 +103,63 @@ BEYOND: tuple[Study, ...] = (
             ("harness-resample",),
             folder=domain,
         )
-        for domain in ("math", "searchqa")
+        for domain in DOMAINS
     ),
+    *(
+        Study(
+            f"{domain}-random",
+            f"{DOMAIN_TITLES[domain]}: harness-only against harness-random (mechanisms in random order)",
+            f"results-{domain}",
+            ("harness-only", "harness-random"),
+            folder=domain,
+        )
+        for domain in DOMAINS
+    ),
+)
+
+# Ablations a reader asks for first (issue 33), each in a folder of its own since its config differs.
+ABLATIONS: tuple[Study, ...] = (
+    Study(
+        "math-proposer-mutation",
+        "Math: the mutation proposer (constants only) in place of the program proposer",
+        "results-math",
+        ("whale", "harness-only"),
+        overrides=("proposer.kind=mutation",),
+    ),
+    Study(
+        "math-acceptance-argmax",
+        "Math: the paper's argmax acceptance in place of the race",
+        "results-math",
+        ("whale", "harness-only"),
+        overrides=("search.acceptance=argmax",),
+    ),
+    *(
+        Study(
+            f"{domain}-minimal",
+            f"{DOMAIN_TITLES[domain]}: the minimal-prompt seed in place of the seed harness",
+            f"results-{domain}",
+            ("whale", "weight-only"),
+            overrides=("domain.minimal_seed=true",),
+        )
+        for domain in DOMAINS
+    ),
+)
+
+# Beyond the paper's domains: whale, weight-only and harness-only on the chosen reasoning-gym families.
+GYM: tuple[Study, ...] = tuple(
+    Study(
+        f"gym-{family}",
+        f"reasoning-gym {family}: whale, weight-only and harness-only",
+        "results-gym",
+        ("whale", "weight-only", "harness-only"),
+        overrides=(f"domain.options.dataset={family}",),
+    )
+    for family in GYM_FAMILIES
 )
 
 
 STUDIES: tuple[Study, ...] = (
+    *PILOTS,
     Study("math", "Math word problems", "results-math", SIX),
     Study("searchqa", "Multi-hop search QA", "results-searchqa", SIX),
     Study("chess", "Chess mate-in-one", "results-chess", SIX),
@@ -111,11 +187,14 @@ STUDIES: tuple[Study, ...] = (
             f"Math: weight-only at learning rate {lr}",
             "results-math",
             ("weight-only",),
+            seeds=3,
             overrides=(f"weights.lr={lr}",),
         )
         for lr in LR_SWEEP
     ),
     *BEYOND,
+    *ABLATIONS,
+    *GYM,
 )
 
 
@@ -134,11 +213,15 @@ class StudySummary:
         return int(self.meta["k"])
 
 
-def load_summary(docs: Path, study: Study) -> StudySummary | None:
+def load_summary(docs: Path, study: Study, partial: bool = False) -> StudySummary | None:
+    """The study's summary; None when there is none, or when it is still being written (a run of the
+    study is missing) and `partial` is not set."""
     path = summary_path(docs, study)
     if not path.is_file():
         return None
     meta = read_json(path)
+    if not partial and not meta.get("complete", True):  # first-edition summaries were written whole
+        return None
     runs: dict[str, list[RunData]] = {m: [] for m in meta["methods"]}
     for r in meta.pop("runs"):
         runs[r["method"]].append(RunData(**r))

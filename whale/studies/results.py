@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
-from whale.core.config import ConfigError, load_config
-from whale.core.files import atomic_write_json, atomic_write_text
+from whale.core.files import atomic_write_text
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import best_val_point
 from whale.studies.beyond import section_beyond
+from whale.studies.budget_pilot import section_pilot
 from whale.studies.claims import (
     attributed_rates,
     claim_a,
@@ -40,72 +37,27 @@ from whale.studies.claims import (
     unchanged_challengers,
 )
 from whale.studies.compare import (
-    RunData,
     build_rows,
     headers,
-    load_comparison,
     md_table,
     paired_seeds,
     per_seed_lines,
     plot_curves,
-    run_all,
     table_cells,
 )
+from whale.studies.compute import section_plan
 from whale.studies.lr_sweep import section_lr_sweep
 from whale.studies.plan import (
+    ABLATIONS,
     BEYOND,
+    GYM,
     PHASE_ABLATION,
+    PILOTS,
     STUDIES,
-    Study,
     StudySummary,
     load_summary,
-    summary_path,
 )
-
-# ---- running and summarizing ---------------------------------------------------------------------------
-
-
-def commits_of(runs: list[RunData]) -> list[str]:
-    """The code versions a study's runs ran at, in first-seen order ("not recorded" for older runs)."""
-    seen = [c for r in runs for c in (r.commits or ["not recorded"])]
-    return list(dict.fromkeys(seen))
-
-
-def refuse_mixed_commits(name: str, runs: list[RunData], out: Path, allowed: bool) -> None:
-    commits = commits_of(runs)
-    if len(commits) > 1 and not allowed:
-        raise ConfigError(
-            f"study {name}: its runs ran at different commits ({', '.join(commits)}); re-run them at one "
-            f"commit (delete {out}) or pass --mixed-commits, and the document will list them"
-        )
-
-
-def run_study(study: Study, runs: Path, docs: Path, console: Console, mixed_commits: bool = False) -> Path:
-    """Run (or reuse) the study's comparison, then write its summary; returns the summary's path. A study
-    whose runs ran at different commits is refused unless `mixed_commits` (the document then says so)."""
-    cfg = load_config(study.preset, None, list(study.overrides))
-    out = runs / study.runs_folder
-    lenders = [runs / s.runs_folder for s in STUDIES if s.preset == study.preset]
-    run_all(cfg, list(study.methods), study.seeds, out, console, lenders)
-    data = load_comparison(out, list(study.methods), study.seeds)
-    refuse_mixed_commits(study.name, [r for rs in data.values() for r in rs], out, mixed_commits)
-    summary = {
-        "study": study.name,
-        "title": study.title,
-        "preset": study.preset,
-        "overrides": list(study.overrides),
-        "domain": cfg.domain.name,
-        "k": cfg.eval.k,
-        "budget_rollouts": cfg.schedule.budget_rollouts,
-        "seeds": study.seeds,
-        "methods": list(study.methods),
-        "runs": [asdict(r) for rs in data.values() for r in rs],
-    }
-    path = summary_path(docs, study)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, summary)
-    return path
-
+from whale.studies.running import commits_of
 
 # ---- measurements behind the claims ----------------------------------------------------------------------
 
@@ -408,13 +360,16 @@ def render(docs: Path, discussion: Path | None = None) -> Path:
     else:
         lines += ["## Math: the weight phase's algorithm", "", "Not run yet (`make results` runs it).", ""]
     lines += section_phases(docs) + section_lr_sweep(docs)
-    for study in BEYOND:
+    for study in (*BEYOND, *ABLATIONS, *GYM, *PILOTS):
         s = summaries[study.name]
         if s is None:
             lines += [f"## {study.title}", "", f"Not run yet (`whale results --study {study.name}`).", ""]
         else:
-            lines += section_comparison(s, docs) + section_beyond(s)
+            lines += section_comparison(s, docs) + (
+                section_pilot(s) if study in PILOTS else section_beyond(s)
+            )
     lines += section_run_time([s for s in summaries.values() if s is not None])
+    lines += section_plan(docs)
     path = docs / "results.md"
     atomic_write_text(path, "\n".join(lines).rstrip() + "\n")
     return path

@@ -1,0 +1,80 @@
+"""The compute plan: runs counted once across the studies that share them, done runs with their recorded
+hours, estimates from recorded seconds per budget rollout, and the basis named."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+
+from tests.studies.test_results import DOCS, fake_run
+from whale.core.files import atomic_write_json
+from whale.core.provenance import code_version
+from whale.studies.compute import plan_rows, recorded_rates, run_estimate, schedule_of, section_plan
+from whale.studies.plan import EDITION, STUDIES, Study, summary_path
+
+TINY = dict(preset="tiny", overrides=("domain.name=math",))
+
+
+def summary(docs, study: Study, runs, budget: int, edition=EDITION, complete=True) -> None:
+    record = {"study": study.name, "methods": list(study.methods), "k": 8, "seeds": study.seeds}
+    record |= {"domain": "math", "budget_rollouts": budget, "runs": [asdict(r) for r in runs]}
+    if edition is not None:
+        record |= {"edition": edition, "complete": complete}
+    atomic_write_json(summary_path(docs, study), record)
+
+
+def timed(method: str, seed: int, wall_s: float):
+    run = fake_run(method, [(0, 0.1)])
+    run.seed, run.commits = seed, [code_version()]
+    run.budget["wall_s"] = wall_s
+    return run
+
+
+def test_controls_and_algorithms_cost_like_their_schedule():
+    assert schedule_of("whale+dpo+distill") == "whale"
+    assert schedule_of("harness-random") == schedule_of("harness-resample") == "harness-only"
+
+
+def test_an_estimate_falls_back_from_schedule_to_domain_to_all_runs():
+    rates = {("math", "whale"): [1.0, 3.0], ("math", "weight-only"): [0.5], ("chess", "whale"): [4.0]}
+    assert run_estimate(rates, "math", "whale+dpo", 100) == (200.0, "math whale (2)")
+    assert run_estimate(rates, "math", "fast-slow", 100) == (pytest.approx(150.0), "math, any schedule (3)")
+    assert run_estimate(rates, "reasoning-gym", "whale", 10) == (pytest.approx(21.25), "all runs (4)")
+    assert run_estimate({}, "math", "whale", 10) == (0.0, "no runs recorded")
+
+
+def test_plan_counts_shared_runs_once_and_splits_done_from_estimated(tmp_path):
+    first = Study("tiny-a", "a", methods=("whale", "weight-only"), seeds=2, **TINY)
+    sharer = Study("tiny-b", "b", methods=("whale", "whale+dpo"), seeds=2, folder="tiny-a", **TINY)
+    old = Study("tiny-old", "o", methods=("whale",), seeds=1, **TINY)
+    summary(tmp_path, old, [timed("whale", 0, 600.0)], budget=100, edition=None)  # first edition: a rate only
+    summary(tmp_path, first, [timed("whale", 0, 300.0)], budget=100, complete=False)
+    assert recorded_rates(tmp_path) == {("math", "whale"): [3.0, 6.0]}  # by file name
+    a, b = plan_rows(tmp_path, (first, sharer))
+    budget = 60  # the tiny preset's
+    assert (a.runs, a.done, a.measured_s) == (4, 1, 300.0)
+    assert a.estimate_s == pytest.approx(4.5 * budget * 3)  # weight-only has no rate: math's (any) stands in
+    assert (b.runs, b.done) == (2, 0)  # its whale runs are the first study's; only whale+dpo is its own
+    assert b.estimate_s == pytest.approx(4.5 * budget * 2) and b.basis == "math whale (2)"
+    text = "\n".join(section_plan(tmp_path, (first, sharer)))
+    assert "| 1 | tiny-a | 4 | 1 | 0.1 |" in text and "|  | all | 6 | 1 | 0.1 |" in text
+
+
+def test_the_committed_plan_runs_pilots_first_and_every_study_has_an_estimate():
+    rows = plan_rows(DOCS)
+    assert [r.study for r in rows][:3] == ["math-budget", "searchqa-budget", "chess-budget"]
+    assert all(r.estimate_s > 0 for r in rows if r.done < r.runs)
+    assert sum(r.runs for r in rows) < sum(s.seeds * len(s.methods) for s in STUDIES)  # shared runs once
+
+
+def test_results_plan_prints_the_table_and_runs_nothing(tmp_path):
+    from tests.cli.test_cli import whale
+
+    proc = whale(
+        "results", "--plan", "--study", "math", "--study", "math-algorithms", "--docs", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "| 1 | math | 30 | 0 | 0.0 |" in proc.stdout and "| 2 | math-algorithms | 10 | 0 |" in proc.stdout
+    assert "no runs recorded" in proc.stdout  # an empty docs folder: nothing to estimate from
+    assert not (tmp_path / "results.md").exists() and not (tmp_path / "runs").exists()

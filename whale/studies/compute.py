@@ -1,0 +1,129 @@
+"""The edition's compute, planned before it is spent: every study in the order `make results` runs it, its
+runs, how many are done, the hours those took, and an estimate for the rest.
+
+An estimate is the wall seconds per budget rollout that committed runs of the same domain and schedule
+recorded (any edition; 2 CPU cores, one run at a time), times the study's budget. Where no such run
+exists, the domain's runs stand in, then all runs; the table names the basis of each estimate.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from whale.core.config import load_config
+from whale.core.files import read_json
+from whale.run.schedule import HARNESS_ONLY
+from whale.studies.compare import md_table
+from whale.studies.plan import EDITION, STUDIES, Study
+from whale.studies.running import held_runs
+
+
+@dataclass
+class PlanRow:
+    study: str
+    runs: int  # runs of its own: a run shared with an earlier study is counted there
+    done: int
+    measured_s: float  # wall time of its runs that are done
+    estimate_s: float  # for its runs still to do
+    basis: str
+
+
+def schedule_of(method: str) -> str:
+    """The schedule whose cost a method's run resembles: its name before any `+`; controls as harness-only."""
+    schedule = method.split("+")[0]
+    return "harness-only" if schedule in HARNESS_ONLY else schedule
+
+
+def recorded_rates(docs: Path) -> dict[tuple[str, str], list[float]]:
+    """(domain, schedule) -> wall seconds per budget rollout of each run the committed summaries hold (a run
+    kept by several summaries counted once)."""
+    rates: dict[tuple[str, str], list[float]] = defaultdict(list)
+    seen: set[tuple[str, str, int, float]] = set()
+    for path in sorted((docs / "results").glob("*.json")):
+        meta = read_json(path)
+        for r in meta["runs"]:
+            run = (meta["domain"], r["method"], r["seed"], r["budget"]["wall_s"])
+            if run not in seen:
+                seen.add(run)
+                rates[(meta["domain"], schedule_of(r["method"]))].append(
+                    r["budget"]["wall_s"] / meta["budget_rollouts"]
+                )
+    return rates
+
+
+def run_estimate(
+    rates: dict[tuple[str, str], list[float]], domain: str, method: str, budget: int
+) -> tuple[float, str]:
+    """Seconds one run should take, and what the estimate rests on."""
+    schedule = schedule_of(method)
+    for label, found in (
+        (f"{domain} {schedule}", rates.get((domain, schedule), [])),
+        (f"{domain}, any schedule", [x for (d, _), xs in rates.items() if d == domain for x in xs]),
+        ("all runs", [x for xs in rates.values() for x in xs]),
+    ):
+        if found:
+            return statistics.fmean(found) * budget, f"{label} ({len(found)})"
+    return 0.0, "no runs recorded"
+
+
+def plan_rows(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[PlanRow]:
+    rates = recorded_rates(docs)
+    seen: set[tuple[str, str, int]] = set()
+    rows = []
+    for study in studies:
+        cfg = load_config(study.preset, None, list(study.overrides))
+        held = held_runs(docs, study)
+        row = PlanRow(study.name, 0, 0, 0.0, 0.0, "")
+        bases = []
+        for i in range(study.seeds):
+            for method in study.methods:
+                run_key = (study.runs_folder, method, cfg.seed + i)
+                if run_key in seen:
+                    continue
+                seen.add(run_key)
+                row.runs += 1
+                run = held.get((method, cfg.seed + i))
+                if run is not None:
+                    row.done += 1
+                    row.measured_s += run.budget["wall_s"]
+                else:
+                    seconds, basis = run_estimate(
+                        rates, cfg.domain.name, method, cfg.schedule.budget_rollouts
+                    )
+                    row.estimate_s += seconds
+                    bases.append(basis)
+        row.basis = "; ".join(dict.fromkeys(bases)) or "-"
+        rows.append(row)
+    return rows
+
+
+def hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f}"
+
+
+def section_plan(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[str]:
+    rows = plan_rows(docs, studies)
+    table = [
+        [str(i), r.study, str(r.runs), str(r.done), hours(r.measured_s), hours(r.estimate_s), r.basis]
+        for i, r in enumerate(rows, 1)
+    ]
+    total = [sum(getattr(r, name) for r in rows) for name in ("runs", "done", "measured_s", "estimate_s")]
+    table.append(["", "all", str(total[0]), str(total[1]), hours(total[2]), hours(total[3]), ""])
+    return [
+        f"## Compute plan (edition {EDITION})",
+        "",
+        "The studies in the order `make results` runs them, at one commit, each run once (a run that "
+        "several studies share counts in the first). Done: runs this edition's summaries hold, with their "
+        "recorded hours. Left: estimated from the wall seconds per budget rollout of committed runs of the "
+        "same domain and schedule (any edition; 2 CPU cores, one run at a time), times the study's budget; "
+        "the last column names the runs behind each estimate. `whale results --plan` prints this table "
+        "without running anything.",
+        "",
+        md_table(
+            ["order", "study", "runs", "done", "hours done", "hours left (est.)", "estimated from"], table
+        ),
+        "",
+    ]

@@ -1,0 +1,117 @@
+"""Running a study run by run, with its summary written after each one, so that an edition that takes many
+sittings (and many machines) loses nothing: a run the committed summary already holds is not run again.
+
+A summary is rewritten after every run, marked `complete` only when all of its runs are in. A run is
+taken from a summary of this edition only (`EDITION`), from this study's own or from a study that shares
+its run folder and config, and only when it ran at the commit this checkout is at: one edition, one commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from whale.core.config import Config, ConfigError, load_config
+from whale.core.files import atomic_write_json
+from whale.core.provenance import code_version
+from whale.studies.compare import RunData, ensure_run, load_run_data, method_config, run_folder
+from whale.studies.plan import EDITION, STUDIES, Study, load_summary, summary_path
+
+
+def commits_of(runs: list[RunData]) -> list[str]:
+    """The code versions a study's runs ran at, in first-seen order ("not recorded" for older runs)."""
+    seen = [c for r in runs for c in (r.commits or ["not recorded"])]
+    return list(dict.fromkeys(seen))
+
+
+def refuse_mixed_commits(name: str, runs: list[RunData], out: Path, allowed: bool) -> None:
+    commits = commits_of(runs)
+    if len(commits) > 1 and not allowed:
+        raise ConfigError(
+            f"study {name}: its runs ran at different commits ({', '.join(commits)}); re-run them at one "
+            f"commit (delete {out}) or pass --mixed-commits, and the document will list them"
+        )
+
+
+def sharing(study: Study) -> list[Study]:
+    """The study itself and those whose runs are the same runs: same folder, same config."""
+    config = load_config(study.preset, None, list(study.overrides)).model_dump()
+    same = [
+        s
+        for s in STUDIES
+        if s.runs_folder == study.runs_folder
+        and s != study
+        and load_config(s.preset, None, list(s.overrides)).model_dump() == config
+    ]
+    return [study, *same]
+
+
+def held_runs(docs: Path, study: Study) -> dict[tuple[str, int], RunData]:
+    """(method, seed) -> run, from this edition's summaries of the study and of studies sharing its runs."""
+    held: dict[tuple[str, int], RunData] = {}
+    for s in sharing(study):
+        summary = load_summary(docs, s, partial=True)
+        if summary is not None and summary.meta.get("edition") == EDITION:
+            for runs in summary.runs.values():
+                held.update({(r.method, r.seed): r for r in runs if (r.method, r.seed) not in held})
+    return held
+
+
+def summary_record(
+    study: Study, cfg: Config, data: dict[str, list[RunData]], complete: bool
+) -> dict[str, Any]:
+    return {
+        "study": study.name,
+        "title": study.title,
+        "edition": EDITION,
+        "complete": complete,
+        "preset": study.preset,
+        "overrides": list(study.overrides),
+        "domain": cfg.domain.name,
+        "k": cfg.eval.k,
+        "budget_rollouts": cfg.schedule.budget_rollouts,
+        "seeds": study.seeds,
+        "methods": list(study.methods),
+        "runs": [asdict(r) for rs in data.values() for r in rs],
+    }
+
+
+def run_study(study: Study, runs: Path, docs: Path, console: Console, mixed_commits: bool = False) -> Path:
+    """Run, resume or reuse each of the study's runs (seed-major), writing its summary after each; returns
+    the summary's path. Runs held by a summary at another commit, or run at different commits, are refused
+    unless `mixed_commits` (the document then lists the commits)."""
+    cfg = load_config(study.preset, None, list(study.overrides))
+    out = runs / study.runs_folder
+    held = held_runs(docs, study)
+    stale = [c for c in commits_of(list(held.values())) if c != code_version()]
+    if stale and not mixed_commits:
+        raise ConfigError(
+            f"study {study.name}: its summary holds runs at {', '.join(stale)}, this checkout is at "
+            f"{code_version()}; run at that commit (git worktree add) or pass --mixed-commits"
+        )
+    lenders = [runs / s.runs_folder for s in STUDIES if s.preset == study.preset]
+    data: dict[str, list[RunData]] = {m: [] for m in study.methods}
+    path = summary_path(docs, study)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for i in range(study.seeds):
+        for method in study.methods:
+            run = held.get((method, cfg.seed + i))
+            if run is None:
+                siblings = [run_folder(out, m, i) for m in study.methods] + [
+                    d / f"seed{i}"
+                    for folder in (out, *lenders)
+                    if folder.is_dir()
+                    for d in sorted(folder.iterdir())
+                ]  # this study's methods first: the first one lends its start evaluation
+                ensure_run(method_config(cfg, method, i), run_folder(out, method, i), console, siblings)
+                run = load_run_data(run_folder(out, method, i), method)
+            else:
+                console.print(f"[bold]{method}[/bold] seed {run.seed}: held by the summary, not run again")
+            data[method].append(run)
+            atomic_write_json(path, summary_record(study, cfg, data, complete=False))
+    refuse_mixed_commits(study.name, [r for rs in data.values() for r in rs], out, mixed_commits)
+    atomic_write_json(path, summary_record(study, cfg, data, complete=True))
+    return path
