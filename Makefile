@@ -4,6 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.whale-installed
 DEV_STAMP := $(VENV)/.whale-dev-installed
+GYM_STAMP := $(VENV)/.whale-gym-installed
 
 .PHONY: run test lint install chromium results
 
@@ -20,13 +21,18 @@ $(DEV_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
 	touch $(DEV_STAMP)
 
+$(GYM_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[gym]'
+	touch $(GYM_STAMP)
+
 install: $(STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/whale run --preset default
 
 # Every study behind docs/results.md (hours on 2 cores; resumable: re-run to continue), then the document.
-results: $(STAMP)
+# The reasoning-gym studies need the gym extra. `whale results --plan` says what is done and what is left.
+results: $(GYM_STAMP)
 	$(VENV)/bin/whale results --runs runs/results --docs docs
 
 # The report test renders report.html in headless Chromium (Debian's package); installed when absent.

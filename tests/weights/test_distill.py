@@ -44,6 +44,21 @@ def run(task, llm, tools):
     return str(tools.add(task["a"], task["b"]))
 """
 ASK = [{"role": "user", "content": "add 1 and 13"}]  # task add-1, whose gold answer is "14"
+# Two calls: a plan, then the answer on a conversation that holds the plan.
+PLANNER = """
+import re
+
+def run(task, llm, tools):
+    ask = [{"role": "user", "content": f"add {task['a']} and {task['b']}"}]
+    plan = llm.chat(ask, max_tokens=8)
+    if plan != "a plan":
+        return "lost"
+    again = [*ask, {"role": "assistant", "content": plan}, {"role": "user", "content": "so?"}]
+    reply = llm.chat(again, max_tokens=8)
+    found = re.findall(r"Answer: (\\d+)", reply)
+    return found[-1] if found else reply
+"""
+AGAIN = [*ASK, {"role": "assistant", "content": "a plan"}, {"role": "user", "content": "so?"}]
 
 
 def call(text: str, messages=ASK, prompt=(1, 2, 3), max_tokens=16, train=True) -> ModelCall:
@@ -52,6 +67,13 @@ def call(text: str, messages=ASK, prompt=(1, 2, 3), max_tokens=16, train=True) -
 
 def incumbent(text: str, answer: str | None, **kw) -> Rollout:
     return Rollout("add-1", "c0", "w0", 0, answer=answer, calls=[call(text, **kw)])
+
+
+def planned(text: str, answer: str, plan: str = "a plan") -> Rollout:
+    """The planner's rollout as recorded: its plan, then its answering call on the conversation holding it."""
+    again = [*ASK, {"role": "assistant", "content": plan}, {"role": "user", "content": "so?"}]
+    calls = [call(plan, prompt=(1, 2)), call(text, messages=again, prompt=(1, 2, 8, 3))]
+    return Rollout("add-1", "c0", "w0", 0, answer=answer, calls=calls)
 
 
 def rescued(reply: str, answer: str = "14", sample: int = 0) -> Rollout:
@@ -108,12 +130,20 @@ def test_distill_skips_what_no_target_or_call_allows_and_says_why(replaying):
     untrained = incumbent("Answer: 7", "7", train=False)
     out = replaying(PARSER, [untrained, incumbent("Answer: 7", "7")], [rescued("it is 14")])
     assert out.skipped == Counter({"no call": 1}) and out.replays == 0  # the task's first rollout counts
-    plan = call("a plan")
-    again = [*ASK, {"role": "assistant", "content": "a plan"}, {"role": "user", "content": "so?"}]
-    two = Rollout("add-1", "c0", "w0", 0, answer="7", calls=[plan, call("Answer: 7", messages=again)])
-    assert answering_call(two) == "several calls"
     votes = Rollout("add-1", "c0", "w0", 0, calls=[call("5"), call("6", prompt=(1, 2))])
     assert answering_call(votes).text == "6"  # the n samples of one request are one conversation
+
+
+def test_a_harness_of_several_calls_is_distilled_at_its_last_call_when_the_replay_confirms_it(replaying):
+    """Plan, then answer on a conversation that holds the plan: the replay gives the plan back as it was
+    and the target at the answering prompt, and the incumbent's code then passes."""
+    out = replaying(PLANNER, [planned("Answer: 7", "7")], [rescued("it is 14")])
+    assert out.targets == Counter({"answer in place": 1}) and out.replays == 3
+    (_, example), answering = out.pairs[0], planned("Answer: 7", "7").calls[-1]
+    assert example.ids[: len(answering.prompt_ids)] == answering.prompt_ids  # the prompt that holds the plan
+    assert answering_call(planned("Answer: 7", "7")).messages == AGAIN
+    out = replaying(PLANNER, [planned("Answer: 7", "7", plan="another plan")], [rescued("it is 14")])
+    assert out.pairs == [] and out.skipped == Counter({"no target": 1})  # off the recorded path: no target
 
 
 def test_distill_keeps_at_most_a_few_per_task_and_never_a_failed_rescue(replaying):

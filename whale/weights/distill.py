@@ -1,10 +1,12 @@
 """Distill targets built from the rescued answer and checked by replaying the incumbent harness.
 
-`rescue=distill` (P2O's context distillation) trains the incumbent's answering call to give the answer a
-rescue harness found. The rescue's own reply is often not one the incumbent could read that answer from:
-a tool computed it, or the rescue harness snapped the reply onto an option. So a target is looked for in
-this order, each tried by a replay (the incumbent's first rollout of the task run again in the sandbox,
-with every model reply scripted: the recorded ones, and the target at the answering prompt):
+`rescue=distill` (P2O's context distillation) trains the incumbent's answering call, its last trainable
+one, to give the answer a rescue harness found. The rescue's own reply is often not one the incumbent could
+read that answer from: a tool computed it, or the rescue harness snapped the reply onto an option. So a
+target is looked for in this order, each tried by a replay: the incumbent's first rollout of the task run
+again in the sandbox, with every model reply scripted (the recorded ones, and the target on every call of
+the answering prompt). In a harness of several calls, the answering prompt may hold the model's own
+earlier replies; the replay gives them back as they were, so it decides there too.
 
     reply             the rescue's last credited reply, as it was sampled
     answer in place   the incumbent's own reply with its answer replaced by the rescued one
@@ -15,8 +17,6 @@ the example: the answering call's prompt ids, then the target's ids (the sampled
 tokenizer's with the end-of-reply token otherwise). A replay samples nothing, so it is not charged to the
 budget; replays are counted. Skips, by reason:
 
-    several calls     the incumbent's trainable calls are not all on one conversation: its answering
-                      prompt holds the model's own earlier replies, which the rescued answer never saw
     no call           the incumbent's rollout made no trainable model call
     no target         no target made the incumbent's harness return a passing answer
     too long          the targets that did are longer than the answering call's max_tokens
@@ -33,7 +33,7 @@ from whale.harness.records import HarnessCandidate, ModelCall, Rollout
 from whale.harness.task import Task
 from whale.model.trainer import TrainExample
 from whale.rollout.executor import Executor
-from whale.weights.examples import passed, same_turns, trainable
+from whale.weights.examples import passed, trainable
 
 Encode = Callable[[str], list[int]]  # a reply's text -> its token ids, ending with the end-of-reply token
 
@@ -51,11 +51,7 @@ class Distilled:
 def answering_call(rollout: Rollout) -> ModelCall | str:
     """The incumbent's answering call (its last trainable one), or why there is none to distill into."""
     calls = [c for c in rollout.calls if c.train and c.completion_ids]
-    if not calls:
-        return "no call"
-    if any(not same_turns(c.messages, calls[-1].messages) for c in calls):
-        return "several calls"
-    return calls[-1]
+    return calls[-1] if calls else "no call"
 
 
 def targets(incumbent: Rollout, call: ModelCall, rescued: Rollout) -> list[tuple[str, str]]:
