@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.cli.test_cli import whale
-from whale.bench.end_to_end import PARTS, bench_end_to_end, split_wall
+from whale.bench.end_to_end import PARTS, bench_end_to_end, split_wall, variant_sets
 
 
 def test_the_split_adds_up_to_the_wall_and_puts_each_part_where_it_ran(compared) -> None:
@@ -49,3 +49,15 @@ def test_one_timed_run_per_kind_with_its_test_scores(tmp_path) -> None:
 def test_an_unknown_engine_kind_is_one_line() -> None:
     proc = whale("bench", "--end-to-end", "fast,turbo")
     assert proc.returncode == 2 and "unknown engine kind 'turbo'" in proc.stderr
+    proc = whale("bench", "--end-to-end", "fast:float16")
+    assert proc.returncode == 2 and "unknown dtype 'float16'" in proc.stderr
+
+
+def test_a_kind_with_a_dtype_sets_the_engine_and_the_trainer_to_it() -> None:
+    assert variant_sets("fast") == ["engine.kind=fast"]
+    assert variant_sets("vllm:bfloat16") == [
+        "engine.kind=vllm",
+        "engine.vllm.dtype=bfloat16",
+        "weights.dtype=bfloat16",
+    ]
+    assert variant_sets("fast:bfloat16")[1] == "engine.dtype=bfloat16"

@@ -1,9 +1,13 @@
 """End to end, engine against engine: `whale run` with each `engine.kind`, alternated, start-up included.
 
-    python -m whale.bench.end_to_end --out docs/bench/DATE-end-to-end.json [--kinds fast,vllm]
+    python -m whale.bench.end_to_end --out docs/bench/DATE-end-to-end.json [--kinds fast,vllm:bfloat16]
         [--pairs 1] [--preset default] [--set key=value ...]
 
     whale bench --end-to-end fast,vllm [--out DIR]      # the same, into DIR/end-to-end.json
+
+A kind may carry a dtype, `KIND:DTYPE`: the engine serves in it and the trainer computes in it
+(`engine.dtype` or `engine.vllm.dtype`, and `weights.dtype`), so a machine with AVX512_BF16 or AMX can be
+measured in bfloat16 end to end.
 
 Each run is a fresh `python -m whale.cli run` process timed from launch to exit. Its events and
 evaluation points carry the run's wall clock and its time per part (whale.core.timing), so the wall
@@ -65,9 +69,18 @@ def split_wall(run: Path, wall: float) -> dict[str, Any]:
     return split
 
 
+def variant_sets(variant: str) -> list[str]:
+    """`fast` -> engine.kind=fast; `vllm:bfloat16` -> vLLM serving and the trainer computing in bfloat16."""
+    kind, _, dtype = variant.partition(":")
+    if not dtype:
+        return [f"engine.kind={kind}"]
+    engine_dtype = "engine.vllm.dtype" if kind == "vllm" else "engine.dtype"
+    return [f"engine.kind={kind}", f"{engine_dtype}={dtype}", f"weights.dtype={dtype}"]
+
+
 def one_run(kind: str, preset: str, sets: list[str], out: Path) -> dict[str, Any]:
     command = [sys.executable, "-m", "whale.cli", "run", "--preset", preset, "--out", str(out)]
-    command += ["--set", f"engine.kind={kind}", *(a for s in sets for a in ("--set", s))]
+    command += [a for s in (*variant_sets(kind), *sets) for a in ("--set", s)]
     start = time.monotonic()
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -105,7 +118,7 @@ def bench_end_to_end(
         for round_ in range(pairs):
             for kind in kinds:
                 log(f"end to end: whale run --preset {preset} with engine.kind={kind} (round {round_ + 1})")
-                run = one_run(kind, preset, list(sets), Path(tmp) / f"{kind}-{round_}")
+                run = one_run(kind, preset, list(sets), Path(tmp) / f"{kind.replace(':', '-')}-{round_}")
                 result["runs"].append(run)
                 log(json.dumps({k: run[k] for k in ("kind", "wall_s", "test")}))
                 out.write_text(json.dumps(result, indent=1) + "\n")
@@ -115,7 +128,7 @@ def bench_end_to_end(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file for every number")
-    parser.add_argument("--kinds", default="fast,vllm", help="engine.kind values, alternated")
+    parser.add_argument("--kinds", default="fast,vllm", help="KIND[:DTYPE] values, alternated")
     parser.add_argument("--pairs", type=int, default=1, help="rounds of all kinds")
     parser.add_argument("--preset", default="default")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="override for every run")

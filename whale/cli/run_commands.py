@@ -369,7 +369,9 @@ def bench(
     quick: Annotated[bool, typer.Option(help="Small sizes: a smoke run in well under a minute.")] = False,
     end_to_end: Annotated[
         str | None,
-        typer.Option(help="Instead: `whale run --preset default` per engine kind, e.g. fast,vllm."),
+        typer.Option(
+            help="Instead: `whale run --preset default` per engine kind[:dtype], e.g. fast,vllm:bfloat16."
+        ),
     ] = None,
 ) -> None:
     """Engine vs transformers.generate and the matmul roofline, trainer vs a Hugging Face baseline, rollout
@@ -380,10 +382,14 @@ def bench(
         from whale.core.config import EngineConfig
 
         known = [k for k in get_args(EngineConfig.model_fields["kind"].annotation) if k != "remote"]
+        dtypes = ("float32", "bfloat16")
         kinds = [k.strip() for k in end_to_end.split(",") if k.strip()]
-        unknown = sorted(set(kinds) - set(known))
+        unknown = sorted({k.partition(":")[0] for k in kinds} - set(known))
         if unknown:
             raise typer.BadParameter(f"unknown engine kind {unknown[0]!r} ({', '.join(known)})")
+        odd = sorted({k.partition(":")[2] for k in kinds if ":" in k} - set(dtypes))
+        if odd:
+            raise typer.BadParameter(f"unknown dtype {odd[0]!r} after an engine kind ({', '.join(dtypes)})")
         bench_end_to_end(kinds, out / "end-to-end.json", log=lambda m: console.print(m, highlight=False))
         console.print(f"bench: {out / 'end-to-end.json'}")
         return
