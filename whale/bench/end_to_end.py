@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 UNITS = {"weight steps": "train_rollouts", "search iterations": "search_rollouts", "evaluations": None}
 PARTS = ("engine", "trainer", "weight sync")  # measured inside the run (whale.core.timing)
+DTYPES = ("float32", "bfloat16")
 
 
 def last_record(run: Path) -> dict[str, Any]:
@@ -67,6 +68,22 @@ def split_wall(run: Path, wall: float) -> dict[str, Any]:
     split["between units"] = {"wall_s": last["wall_s"] - sum(e["wall_s"] for e in split.values())}
     split["start-up and shutdown"] = {"wall_s": wall - last["wall_s"]}
     return split
+
+
+def parse_variants(text: str) -> list[str]:
+    """'fast, vllm:bfloat16' -> ['fast', 'vllm:bfloat16']; an unknown kind or dtype is a ConfigError."""
+    from typing import get_args
+
+    from whale.core.config import ConfigError, EngineConfig
+
+    known = [k for k in get_args(EngineConfig.model_fields["kind"].annotation) if k != "remote"]
+    variants = [v.strip() for v in text.split(",") if v.strip()]
+    for kind, _, dtype in (v.partition(":") for v in variants):
+        if kind not in known:
+            raise ConfigError(f"--end-to-end: unknown engine kind {kind!r} ({', '.join(known)})")
+        if dtype and dtype not in DTYPES:
+            raise ConfigError(f"--end-to-end: unknown dtype {dtype!r} after {kind} ({', '.join(DTYPES)})")
+    return variants
 
 
 def variant_sets(variant: str) -> list[str]:

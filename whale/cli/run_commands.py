@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated
 
 import typer
 from rich.syntax import Syntax
@@ -378,18 +378,9 @@ def bench(
     pipeline and the rollout workload per engine, peak memory: side by side in one run, with ratios
     (docs/performance.md). With --end-to-end: whole runs per engine kind, their wall split into parts."""
     if end_to_end:
-        from whale.bench.end_to_end import bench_end_to_end
-        from whale.core.config import EngineConfig
+        from whale.bench.end_to_end import bench_end_to_end, parse_variants
 
-        known = [k for k in get_args(EngineConfig.model_fields["kind"].annotation) if k != "remote"]
-        dtypes = ("float32", "bfloat16")
-        kinds = [k.strip() for k in end_to_end.split(",") if k.strip()]
-        unknown = sorted({k.partition(":")[0] for k in kinds} - set(known))
-        if unknown:
-            raise typer.BadParameter(f"unknown engine kind {unknown[0]!r} ({', '.join(known)})")
-        odd = sorted({k.partition(":")[2] for k in kinds if ":" in k} - set(dtypes))
-        if odd:
-            raise typer.BadParameter(f"unknown dtype {odd[0]!r} after an engine kind ({', '.join(dtypes)})")
+        kinds = parse_variants(end_to_end)
         bench_end_to_end(kinds, out / "end-to-end.json", log=lambda m: console.print(m, highlight=False))
         console.print(f"bench: {out / 'end-to-end.json'}")
         return
