@@ -88,7 +88,8 @@ def test_studies_sharing_a_run_folder_and_config_lend_each_other_their_runs():
 
 @pytest.mark.slow
 def test_a_study_continues_from_its_committed_summary_when_the_run_folders_are_gone(compared, tmp_path):
-    out, _ = compared  # the six methods on the tiny preset, one seed
+    out = tmp_path / "runs" / "cmp"  # a copy: the worker's other tests read the fixture's folders
+    shutil.copytree(compared[0], out)  # the six methods on the tiny preset, one seed
     study = Study("math", "Math (tiny)", methods=SIX, seeds=1, folder=out.name, **TINY)
     docs = tmp_path / "docs"
     run_study(study, out.parent, docs, Console(record=True, width=200))
