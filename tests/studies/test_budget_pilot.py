@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tests.studies.test_results import fake_run
-from whale.studies.budget_pilot import FLAT, flattened_at, section_pilot, val_curve
+from whale.studies.budget_pilot import FLAT, flattened_at, section_pilot
+from whale.studies.compare import mean_curve
 from whale.studies.plan import PILOTS, StudySummary
 
 
@@ -17,7 +18,7 @@ def test_the_pilot_section_reads_validation_averaged_over_seeds():
     a = fake_run("weight-only", [(0, 0.0), (384, 0.2), (768, 0.3), (1152, 0.3)])
     b = fake_run("weight-only", [(0, 0.0), (384, 0.0), (768, 0.1), (1152, 0.12)])
     b.seed = 1
-    assert val_curve([a, b]) == [(0, 0.0), (384, 0.1), (768, 0.2), (1152, 0.21)]
+    assert mean_curve([a, b], "val") == [(0, 0.0), (384, 0.1), (768, 0.2), (1152, 0.21)]
     summary = StudySummary(PILOTS[0], {"k": 8}, {"weight-only": [a, b]})
     text = "\n".join(section_pilot(summary))
     assert "**768 budget rollouts**" in text and "| 768 | 0.200 | flat from here |" in text

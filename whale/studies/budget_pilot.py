@@ -3,22 +3,10 @@ so that the edition's budget is one at which weight-only has had its chance (iss
 
 from __future__ import annotations
 
-from whale.studies.compare import RunData, md_table
+from whale.studies.compare import md_table, mean_curve
 from whale.studies.plan import StudySummary
 
 FLAT = 0.02  # flattened: no later point's seed-mean validation score is higher by more than this
-
-
-def val_curve(runs: list[RunData]) -> list[tuple[float, float]]:
-    """(rollouts, validation mean@k) averaged over seeds point by point."""
-    n = min(len(r.points) for r in runs)
-    return [
-        (
-            sum(r.points[i]["rollouts"] for r in runs) / len(runs),
-            sum(r.points[i]["val"]["mean"] for r in runs) / len(runs),
-        )
-        for i in range(n)
-    ]
 
 
 def flattened_at(curve: list[tuple[float, float]]) -> float:
@@ -30,7 +18,7 @@ def flattened_at(curve: list[tuple[float, float]]) -> float:
 
 
 def section_pilot(s: StudySummary) -> list[str]:
-    curve = val_curve(s.runs["weight-only"])
+    curve = mean_curve(s.runs["weight-only"], "val")
     at = flattened_at(curve)
     rows = [
         [f"{rollouts:.0f}", f"{value:.3f}", "flat from here" if rollouts == at else ""]

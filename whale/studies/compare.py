@@ -364,13 +364,13 @@ def write_outputs(out: Path, rows: list[MethodRow], k: int, seeds: int) -> Table
     return table
 
 
-def mean_curve(runs: list[RunData]) -> list[tuple[float, float]]:
-    """(rollouts, test mean@k) averaged over seeds point by point (every method shares one cadence)."""
+def mean_curve(runs: list[RunData], split: str = "test") -> list[tuple[float, float]]:
+    """(rollouts, mean@k on `split`) averaged over seeds point by point (every method shares one cadence)."""
     n = min(len(r.points) for r in runs)
     return [
         (
             sum(r.points[i]["rollouts"] for r in runs) / len(runs),
-            sum(r.points[i]["test"]["mean"] for r in runs) / len(runs),
+            sum(r.points[i][split]["mean"] for r in runs) / len(runs),
         )
         for i in range(n)
     ]
@@ -420,10 +420,18 @@ def run_all(
     # seed-major: an interrupted comparison already holds every method for its first seeds
     configs = [(m, i, method_config(base, m, i)) for i in range(seeds) for m in methods]
     for method, i, cfg in configs:
-        siblings = [run_folder(out, m, i) for m in methods] + [
-            d / f"seed{i}" for folder in (out, *lenders) if folder.is_dir() for d in sorted(folder.iterdir())
-        ]  # this comparison's methods first, in order: the first method's run lends to all the others
-        ensure_run(cfg, run_folder(out, method, i), console, siblings)
+        ensure_run(cfg, run_folder(out, method, i), console, lending_runs(out, methods, i, lenders))
+
+
+def lending_runs(out: Path, methods: list[str], seed_offset: int, lenders: list[Path] = ()) -> list[Path]:
+    """The runs of one seed that may lend their start evaluation: this comparison's methods first, in
+    order (the first method's run lends to all the others), then every run of that seed in `lenders`."""
+    return [run_folder(out, m, seed_offset) for m in methods] + [
+        d / f"seed{seed_offset}"
+        for folder in (out, *lenders)
+        if folder.is_dir()
+        for d in sorted(folder.iterdir())
+    ]
 
 
 def compare(base: Config, methods: list[str], seeds: int, out: Path, console: Console) -> list[MethodRow]:

@@ -17,7 +17,14 @@ from rich.console import Console
 from whale.core.config import Config, ConfigError, load_config
 from whale.core.files import atomic_write_json
 from whale.core.provenance import code_version
-from whale.studies.compare import RunData, ensure_run, load_run_data, method_config, run_folder
+from whale.studies.compare import (
+    RunData,
+    ensure_run,
+    lending_runs,
+    load_run_data,
+    method_config,
+    run_folder,
+)
 from whale.studies.plan import EDITION, STUDIES, Study, load_summary, summary_path
 
 
@@ -100,12 +107,7 @@ def run_study(study: Study, runs: Path, docs: Path, console: Console, mixed_comm
         for method in study.methods:
             run = held.get((method, cfg.seed + i))
             if run is None:
-                siblings = [run_folder(out, m, i) for m in study.methods] + [
-                    d / f"seed{i}"
-                    for folder in (out, *lenders)
-                    if folder.is_dir()
-                    for d in sorted(folder.iterdir())
-                ]  # this study's methods first: the first one lends its start evaluation
+                siblings = lending_runs(out, list(study.methods), i, lenders)
                 ensure_run(method_config(cfg, method, i), run_folder(out, method, i), console, siblings)
                 run = load_run_data(run_folder(out, method, i), method)
             else:
