@@ -16,6 +16,7 @@ from whale.run.experiment import Experiment
 from whale.run.proposing import EMPTY_SEARCHES
 from whale.search.acceptance import Trial, Verdict, evaluate_all
 from whale.search.archive import CandidateEval
+from whale.search.mechanisms import MECHANISMS
 from whale.search.proposer import Proposal, ProposalRequest
 
 
@@ -35,6 +36,9 @@ def test_a_harness_only_run_that_races_its_challengers_records_what_each_decisio
     ]
     assert iterations, "the run made no search iteration"
     for e in iterations:
+        # what each challenger tried, kept for study summaries: the program proposer names its mechanism
+        assert set(e["candidates"]) | set(e["failed"]) <= set(e["hypotheses"])
+        assert all(h.split(" ")[0].split(":")[0] in MECHANISMS for h in e["hypotheses"].values())
         screened = [c for c in e["candidates"]]
         if screened:  # raced: the decision's cost is recorded, and it is part of what the iteration spent
             assert 0 < e["decision_rollouts"] <= e["spent"]

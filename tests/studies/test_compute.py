@@ -49,21 +49,23 @@ def test_plan_counts_shared_runs_once_and_splits_done_from_estimated(tmp_path):
     sharer = Study("tiny-b", "b", methods=("whale", "whale+dpo"), seeds=2, folder="tiny-a", **TINY)
     old = Study("tiny-old", "o", methods=("whale",), seeds=1, **TINY)
     summary(tmp_path, old, [timed("whale", 0, 600.0)], budget=100, edition=None)  # first edition: a rate only
-    summary(tmp_path, first, [timed("whale", 0, 300.0)], budget=100, complete=False)
-    assert recorded_rates(tmp_path) == {("math", "whale"): [3.0, 6.0]}  # by file name
-    a, b = plan_rows(tmp_path, (first, sharer))
     budget = 60  # the tiny preset's
+    summary(tmp_path, first, [timed("whale", 0, 300.0)], budget=budget, complete=False)
+    assert recorded_rates(tmp_path) == {("math", "whale"): [5.0, 6.0]}  # by file name
+    a, b = plan_rows(tmp_path, (first, sharer))
     assert (a.runs, a.done, a.measured_s) == (4, 1, 300.0)
-    assert a.estimate_s == pytest.approx(4.5 * budget * 3)  # weight-only has no rate: math's (any) stands in
+    assert a.estimate_s == pytest.approx(5.5 * budget * 3)  # weight-only has no rate: math's (any) stands in
     assert (b.runs, b.done) == (2, 0)  # its whale runs are the first study's; only whale+dpo is its own
-    assert b.estimate_s == pytest.approx(4.5 * budget * 2) and b.basis == "math whale (2)"
+    assert b.estimate_s == pytest.approx(5.5 * budget * 2) and b.basis == "math whale (2)"
     text = "\n".join(section_plan(tmp_path, (first, sharer)))
-    assert "| 1 | tiny-a | 4 | 1 | 0.1 |" in text and "|  | all | 6 | 1 | 0.1 |" in text
+    assert "| 1 | tiny-a | 60 | 4 | 1 | 0.1 |" in text and "|  | all |  | 6 | 1 | 0.1 |" in text
 
 
 def test_the_committed_plan_runs_pilots_first_and_every_study_has_an_estimate():
     rows = plan_rows(DOCS)
     assert [r.study for r in rows][:3] == ["math-budget", "searchqa-budget", "chess-budget"]
+    math = next(r for r in rows if r.study == "math")
+    assert math.budget in ("768 until its pilot", "768", "1152", "1536", "1920", "2304")
     assert all(r.estimate_s > 0 for r in rows if r.done < r.runs)
     assert sum(r.runs for r in rows) < sum(s.seeds * len(s.methods) for s in STUDIES)  # shared runs once
 
@@ -75,6 +77,7 @@ def test_results_plan_prints_the_table_and_runs_nothing(tmp_path):
         "results", "--plan", "--study", "math", "--study", "math-algorithms", "--docs", str(tmp_path)
     )
     assert proc.returncode == 0, proc.stderr
-    assert "| 1 | math | 30 | 0 | 0.0 |" in proc.stdout and "| 2 | math-algorithms | 10 | 0 |" in proc.stdout
+    assert "| 1 | math | 768 until its pilot | 30 | 0 | 0.0 |" in proc.stdout
+    assert "| 2 | math-algorithms | 768 until its pilot | 10 | 0 |" in proc.stdout
     assert "no runs recorded" in proc.stdout  # an empty docs folder: nothing to estimate from
     assert not (tmp_path / "results.md").exists() and not (tmp_path / "runs").exists()

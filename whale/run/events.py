@@ -8,7 +8,7 @@ wall time when written (`stamped`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from whale.core.timing import snapshot
@@ -103,11 +103,15 @@ def weight_step_event(
     )  # fmt: skip
 
 
+HYPOTHESIS_CHARS = 160  # of each challenger's hypothesis kept in events and summaries
+
+
 @dataclass
 class SearchIteration(Event):
     kind: ClassVar[str] = "search_iteration"
     summary_fields: ClassVar[tuple[str, ...]] = (
         "iteration", "incumbent", "incumbent_score", "accepted", "candidates", "spent", "reason",
+        "hypotheses",
     )  # fmt: skip
     optional: ClassVar[tuple[str, ...]] = ("reason", "population", "decision_rollouts")
     iteration: int
@@ -122,6 +126,9 @@ class SearchIteration(Event):
     proposal: str
     proposer_cost: dict[str, Any]
     decision_rollouts: int | None = None  # the challenger rollouts the acceptance decision cost
+    # challenger -> what its proposer says it changed (the program proposer's starts with the mechanism), so
+    # a study summary can tell which mechanisms were accepted, and when, without the run's archive
+    hypotheses: dict[str, str] = field(default_factory=dict)
 
 
 def search_event(
@@ -132,6 +139,7 @@ def search_event(
         iteration, incumbent, score, accepted, result.reason, population,
         {e.candidate_id: e.mean for e in result.evaluated}, result.failed, len(result.rollouts),
         result.proposal.note, result.proposal.cost, result.decision_rollouts,
+        {c.id: c.hypothesis[:HYPOTHESIS_CHARS] for c in result.proposal.candidates},
     )  # fmt: skip
 
 

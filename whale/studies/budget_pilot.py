@@ -1,12 +1,20 @@
 """The budget pilot: weight-only run past the results presets' budget, to find where its curve flattens,
-so that the edition's budget is one at which weight-only has had its chance (issue 33)."""
+so that the edition's budget is one at which weight-only has had its chance (issue 33).
+
+The budget is derived when a study runs, from the pilot's committed summary, instead of being written into
+the presets: writing it would make a new commit, and the edition runs at one commit, pilots included.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from whale.core.config import Config, ConfigError, load_config
 from whale.studies.compare import md_table, mean_curve
-from whale.studies.plan import StudySummary
+from whale.studies.plan import EDITION, PILOTS, Study, StudySummary, load_summary
 
 FLAT = 0.02  # flattened: no later point's seed-mean validation score is higher by more than this
+POINTS = 4  # evaluation intervals per run at the derived budget (five points, as the presets have)
 
 
 def flattened_at(curve: list[tuple[float, float]]) -> float:
@@ -15,6 +23,50 @@ def flattened_at(curve: list[tuple[float, float]]) -> float:
         if all(later <= value + FLAT for _, later in curve[i + 1 :]):
             return rollouts
     return curve[-1][0]
+
+
+def pilot_of(study: Study) -> Study | None:
+    """The pilot that sets a study's budget: the one on its preset (none for a pilot, none for gym)."""
+    if study in PILOTS:
+        return None
+    return next((p for p in PILOTS if p.preset == study.preset), None)
+
+
+def pilot_budget(pilot: StudySummary) -> int:
+    """Where the pilot's weight-only flattened, never below its preset's own budget."""
+    floor = load_config(pilot.study.preset, None, []).schedule.budget_rollouts
+    return max(floor, int(flattened_at(mean_curve(pilot.runs["weight-only"], "val"))))
+
+
+def finished_pilot(study: Study, docs: Path) -> StudySummary | None:
+    """This edition's complete summary of the pilot that sets the study's budget, if there is one."""
+    pilot = pilot_of(study)
+    summary = load_summary(docs, pilot) if pilot is not None else None
+    return summary if summary is not None and summary.meta.get("edition") == EDITION else None
+
+
+def pilot_pending(study: Study, docs: Path) -> bool:
+    """The study's budget waits for a pilot that this edition has not completed."""
+    return pilot_of(study) is not None and finished_pilot(study, docs) is None
+
+
+def study_overrides(study: Study, docs: Path, pending_ok: bool = False) -> list[str]:
+    """The study's overrides behind the budget its pilot gives (a study's own overrides win). Until the
+    pilot is complete, a ConfigError; or, with `pending_ok` (plans), the preset's budget."""
+    pilot, summary = pilot_of(study), finished_pilot(study, docs)
+    if pilot is None or (summary is None and pending_ok):
+        return list(study.overrides)
+    if summary is None:
+        raise ConfigError(
+            f"study {study.name}: its budget comes from the {pilot.name} pilot, which this edition has not "
+            f"finished; run `whale results --study {pilot.name}` first"
+        )
+    budget = pilot_budget(summary)
+    return [f"schedule.budget_rollouts={budget}", f"eval.every_rollouts={budget // POINTS}", *study.overrides]
+
+
+def study_config(study: Study, docs: Path, pending_ok: bool = False) -> Config:
+    return load_config(study.preset, None, study_overrides(study, docs, pending_ok))
 
 
 def section_pilot(s: StudySummary) -> list[str]:
@@ -27,7 +79,8 @@ def section_pilot(s: StudySummary) -> list[str]:
     return [
         f"Budget pilot ({s.study.name}): weight-only's seed-mean validation mean@{s.k}. It has flattened "
         f"at the first point after which it never rises by more than {FLAT:.2f}: **{at:.0f} budget "
-        "rollouts**, the smallest budget the edition's studies of this domain may use.",
+        f"rollouts**. The edition's studies on this preset run at {pilot_budget(s)} (never below the "
+        "preset's own budget), with five evaluation points.",
         "",
         md_table(["budget rollouts", f"val mean@{s.k}", ""], rows),
         "",

@@ -13,9 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from whale.core.config import load_config
 from whale.core.files import read_json
 from whale.run.schedule import HARNESS_ONLY
+from whale.studies.budget_pilot import pilot_pending, study_config
 from whale.studies.compare import md_table
 from whale.studies.plan import EDITION, STUDIES, Study
 from whale.studies.running import held_runs
@@ -29,6 +29,7 @@ class PlanRow:
     measured_s: float  # wall time of its runs that are done
     estimate_s: float  # for its runs still to do
     basis: str
+    budget: str = ""  # its runs' budget rollouts, and whether a pilot still has to set it
 
 
 def schedule_of(method: str) -> str:
@@ -74,9 +75,10 @@ def plan_rows(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[PlanRow]
     seen: set[tuple[str, str, int]] = set()
     rows = []
     for study in studies:
-        cfg = load_config(study.preset, None, list(study.overrides))
-        held = held_runs(docs, study)
-        row = PlanRow(study.name, 0, 0, 0.0, 0.0, "")
+        cfg = study_config(study, docs, pending_ok=True)
+        held = held_runs(docs, study, planning=True)
+        pending = " until its pilot" if pilot_pending(study, docs) else ""
+        row = PlanRow(study.name, 0, 0, 0.0, 0.0, "", f"{cfg.schedule.budget_rollouts}{pending}")
         bases = []
         for i in range(study.seeds):
             for method in study.methods:
@@ -107,11 +109,12 @@ def hours(seconds: float) -> str:
 def section_plan(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[str]:
     rows = plan_rows(docs, studies)
     table = [
-        [str(i), r.study, str(r.runs), str(r.done), hours(r.measured_s), hours(r.estimate_s), r.basis]
+        [str(i), r.study, r.budget, str(r.runs), str(r.done)]
+        + [hours(r.measured_s), hours(r.estimate_s), r.basis]
         for i, r in enumerate(rows, 1)
     ]
     total = [sum(getattr(r, name) for r in rows) for name in ("runs", "done", "measured_s", "estimate_s")]
-    table.append(["", "all", str(total[0]), str(total[1]), hours(total[2]), hours(total[3]), ""])
+    table.append(["", "all", "", str(total[0]), str(total[1]), hours(total[2]), hours(total[3]), ""])
     return [
         f"## Compute plan (edition {EDITION})",
         "",
@@ -119,11 +122,14 @@ def section_plan(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[str]:
         "several studies share counts in the first). Done: runs this edition's summaries hold, with their "
         "recorded hours. Left: estimated from the wall seconds per budget rollout of committed runs of the "
         "same domain and schedule (any edition; 2 CPU cores, one run at a time), times the study's budget; "
-        "the last column names the runs behind each estimate. `whale results --plan` prints this table "
+        "the last column names the runs behind each estimate. A study's budget is where its domain's "
+        "budget pilot found weight-only flattened; until that pilot is done, the preset's budget stands in. "
+        "`whale results --plan` prints this table "
         "without running anything.",
         "",
         md_table(
-            ["order", "study", "runs", "done", "hours done", "hours left (est.)", "estimated from"], table
+            ["order", "study", "budget", "runs", "done", "hours done", "hours left (est.)", "estimated from"],
+            table,
         ),
         "",
     ]

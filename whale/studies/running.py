@@ -14,9 +14,10 @@ from typing import Any
 
 from rich.console import Console
 
-from whale.core.config import Config, ConfigError, load_config
+from whale.core.config import Config, ConfigError
 from whale.core.files import atomic_write_json
 from whale.core.provenance import code_version
+from whale.studies.budget_pilot import study_config
 from whale.studies.compare import (
     RunData,
     ensure_run,
@@ -43,25 +44,36 @@ def refuse_mixed_commits(name: str, runs: list[RunData], out: Path, allowed: boo
         )
 
 
-def sharing(study: Study) -> list[Study]:
-    """The study itself and those whose runs are the same runs: same folder, same config."""
-    config = load_config(study.preset, None, list(study.overrides)).model_dump()
+def sharing(study: Study, docs: Path, pending_ok: bool = False) -> list[Study]:
+    """The study itself and those whose runs are the same runs: same folder, same config (budgets are
+    the pilots', so read from `docs`)."""
+    config = study_config(study, docs, pending_ok).model_dump()
     same = [
         s
         for s in STUDIES
         if s.runs_folder == study.runs_folder
         and s != study
-        and load_config(s.preset, None, list(s.overrides)).model_dump() == config
+        and study_config(s, docs, pending_ok).model_dump() == config
     ]
     return [study, *same]
 
 
-def held_runs(docs: Path, study: Study) -> dict[tuple[str, int], RunData]:
-    """(method, seed) -> run, from this edition's summaries of the study and of studies sharing its runs."""
+def held_runs(docs: Path, study: Study, planning: bool = False) -> dict[tuple[str, int], RunData]:
+    """(method, seed) -> run, from this edition's summaries of the study and of studies sharing its runs.
+    A summary at another budget than the study's (its pilot was re-run) is refused; a plan (`planning`,
+    where pilots may be pending) counts its runs as still to do."""
     held: dict[tuple[str, int], RunData] = {}
-    for s in sharing(study):
+    budget = study_config(study, docs, planning).schedule.budget_rollouts
+    for s in sharing(study, docs, planning):
         summary = load_summary(docs, s, partial=True)
         if summary is not None and summary.meta.get("edition") == EDITION:
+            if summary.meta.get("budget_rollouts", budget) != budget:
+                if planning:
+                    continue
+                raise ConfigError(
+                    f"study {study.name}: {summary_path(docs, s)} holds runs at budget "
+                    f"{summary.meta['budget_rollouts']}, the study now runs at {budget}; delete that summary"
+                )
             for runs in summary.runs.values():
                 held.update({(r.method, r.seed): r for r in runs if (r.method, r.seed) not in held})
     return held
@@ -90,7 +102,7 @@ def run_study(study: Study, runs: Path, docs: Path, console: Console, mixed_comm
     """Run, resume or reuse each of the study's runs (seed-major), writing its summary after each; returns
     the summary's path. Runs held by a summary at another commit, or run at different commits, are refused
     unless `mixed_commits` (the document then lists the commits)."""
-    cfg = load_config(study.preset, None, list(study.overrides))
+    cfg = study_config(study, docs)
     out = runs / study.runs_folder
     held = held_runs(docs, study)
     stale = [c for c in commits_of(list(held.values())) if c != code_version()]
