@@ -87,6 +87,8 @@ def test_studies_sharing_a_run_folder_and_config_lend_each_other_their_runs(tmp_
     names = {s.name for s in sharing(rescue, tmp_path, pending_ok=True)}
     assert {"math", "math-algorithms", "math-phases-E2-I1", "math-gain"} <= names
     assert not names & {"math-phases-E6-I1", "math-minimal", "math-budget", "searchqa"}
+    weight_only = {s.name for s in sharing(next(s for s in STUDIES if s.name == "math"), tmp_path, True)}
+    assert "math-lr-1e-3" in weight_only and "math-lr-1e-4" not in weight_only  # the presets' own rate
 
 
 def test_a_summary_at_another_budget_than_its_pilot_now_gives_is_refused(tmp_path):

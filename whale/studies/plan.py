@@ -47,6 +47,7 @@ PHASE_ABLATION = {  # label -> (E weight steps, I search iterations); (2, 1) is 
 
 
 LR_SWEEP = ("1e-4", "3e-4", "1e-3")  # weights.lr under weight-only on math; the presets take the pick
+PRESET_LR = "1e-3"  # the first edition's pick, in the results presets
 
 DOMAIN_TITLES = {"math": "Math", "searchqa": "Search QA", "chess": "Chess"}
 
@@ -189,6 +190,7 @@ STUDIES: tuple[Study, ...] = (
             ("weight-only",),
             seeds=3,
             overrides=(f"weights.lr={lr}",),
+            folder="math" if lr == PRESET_LR else "",  # the presets' own rate: the math study's weight-only
         )
         for lr in LR_SWEEP
     ),
