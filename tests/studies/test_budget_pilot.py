@@ -14,6 +14,7 @@ from whale.core.files import atomic_write_json
 from whale.studies.budget_pilot import (
     FLAT,
     flattened_at,
+    flattening_line,
     pilot_of,
     pilot_pending,
     section_pilot,
@@ -75,3 +76,13 @@ def test_a_pilot_never_lowers_the_preset_budget_and_sets_nothing_for_itself_or_g
     assert pilot_of(pilot) is None and study_config(pilot, tmp_path).schedule.budget_rollouts == 2304
     gym = next(s for s in STUDIES if s.preset == "results-gym")
     assert pilot_of(gym) is None and not pilot_pending(gym, tmp_path)
+
+
+def test_every_study_with_weight_only_says_whether_its_curve_flattened():
+    still = fake_run("weight-only", [(0, 0.0), (384, 0.1), (768, 0.2)])
+    flat = fake_run("weight-only", [(0, 0.0), (384, 0.2), (768, 0.21)])
+    text = "\n".join(flattening_line(StudySummary(PILOTS[0], {"k": 8}, {"weight-only": [still]})))
+    assert "up to its last point (768 budget rollouts): it may still be rising" in text
+    text = "\n".join(flattening_line(StudySummary(PILOTS[0], {"k": 8}, {"weight-only": [flat]})))
+    assert "flat from 384 of the 768 budget rollouts on" in text
+    assert flattening_line(StudySummary(PILOTS[0], {"k": 8}, {"whale": [flat]})) == []

@@ -69,6 +69,25 @@ def study_config(study: Study, docs: Path, pending_ok: bool = False) -> Config:
     return load_config(study.preset, None, study_overrides(study, docs, pending_ok))
 
 
+def flattening_line(s: StudySummary) -> list[str]:
+    """Whether weight-only had had its chance by the study's end: where its validation curve flattened."""
+    if "weight-only" not in s.runs or not s.runs["weight-only"]:
+        return []
+    curve = mean_curve(s.runs["weight-only"], "val")
+    at, end = flattened_at(curve), curve[-1][0]
+    if at == end and len(curve) > 1:
+        return [
+            f"Weight-only's seed-mean validation curve rose by more than {FLAT:.2f} up to its last point "
+            f"({end:.0f} budget rollouts): it may still be rising.",
+            "",
+        ]
+    return [
+        f"Weight-only's seed-mean validation curve was flat from {at:.0f} of the {end:.0f} budget rollouts "
+        f"on (no later point higher by more than {FLAT:.2f}).",
+        "",
+    ]
+
+
 def section_pilot(s: StudySummary) -> list[str]:
     curve = mean_curve(s.runs["weight-only"], "val")
     at = flattened_at(curve)

@@ -22,7 +22,7 @@ from whale.core.files import atomic_write_text
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import best_val_point
 from whale.studies.beyond import section_beyond
-from whale.studies.budget_pilot import section_pilot
+from whale.studies.budget_pilot import flattening_line, section_pilot
 from whale.studies.claims import (
     attributed_rates,
     claim_a,
@@ -96,6 +96,7 @@ def section_comparison(s: StudySummary, docs: Path) -> list[str]:
         "",
         f"![{s.study.title}: test mean@{s.k} against rollouts](results/{plot.name})",
         "",
+        *flattening_line(s),
     ]
     reference = rows[0].method
     if len(rows) > 1:
