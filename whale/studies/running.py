@@ -115,9 +115,11 @@ def run_study(study: Study, runs: Path, docs: Path, console: Console, mixed_comm
     data: dict[str, list[RunData]] = {m: [] for m in study.methods}
     path = summary_path(docs, study)
     path.parent.mkdir(parents=True, exist_ok=True)
+    total = study.seeds * len(study.methods)
     for i in range(study.seeds):
-        for method in study.methods:
+        for j, method in enumerate(study.methods):
             run = held.get((method, cfg.seed + i))
+            console.print(f"[bold]study {study.name}[/bold]: run {i * len(study.methods) + j + 1} of {total}")
             if run is None:
                 siblings = lending_runs(out, list(study.methods), i, lenders)
                 ensure_run(method_config(cfg, method, i), run_folder(out, method, i), console, siblings)
