@@ -37,7 +37,10 @@ def test_the_pilot_section_reads_validation_averaged_over_seeds():
     assert mean_curve([a, b], "val") == [(0, 0.0), (384, 0.1), (768, 0.2), (1152, 0.21)]
     summary = StudySummary(PILOTS[0], {"k": 8}, {"weight-only": [a, b]})
     text = "\n".join(section_pilot(summary))
-    assert "**768 budget rollouts**" in text and "| 768 | 0.200 | flat from here |" in text
+    assert (
+        "**768 budget rollouts**" in text
+        and "| 768 | 0.200 | 0.300 | 0.100 | 0.200 | flat from here |" in text
+    )
 
 
 def finished_pilot_summary(docs: Path, pilot, curve: list[tuple[int, float]], edition: int = EDITION) -> None:

@@ -89,18 +89,29 @@ def flattening_line(s: StudySummary) -> list[str]:
 
 
 def section_pilot(s: StudySummary) -> list[str]:
-    curve = mean_curve(s.runs["weight-only"], "val")
+    runs = sorted(s.runs["weight-only"], key=lambda r: r.seed)
+    curve, test = mean_curve(runs, "val"), mean_curve(runs, "test")
     at = flattened_at(curve)
     rows = [
-        [f"{rollouts:.0f}", f"{value:.3f}", "flat from here" if rollouts == at else ""]
-        for rollouts, value in curve
+        [f"{rollouts:.0f}", f"{value:.3f}"]
+        + [f"{r.points[i]['val']['mean']:.3f}" for r in runs]
+        + [f"{test[i][1]:.3f}", "flat from here" if rollouts == at else ""]
+        for i, (rollouts, value) in enumerate(curve)
+    ]
+    head = [
+        "budget rollouts",
+        f"val mean@{s.k}",
+        *(f"val, seed {r.seed}" for r in runs),
+        "test (seed mean)",
+        "",
     ]
     return [
         f"Budget pilot ({s.study.name}): weight-only's seed-mean validation mean@{s.k}. It has flattened "
         f"at the first point after which it never rises by more than {FLAT:.2f}: **{at:.0f} budget "
         f"rollouts**. The edition's studies on this preset run at {pilot_budget(s)} (never below the "
-        "preset's own budget), with five evaluation points.",
+        "preset's own budget), with five evaluation points. Each seed's validation curve and the test curve "
+        "are beside it, so a collapse shows as one.",
         "",
-        md_table(["budget rollouts", f"val mean@{s.k}", ""], rows),
+        md_table(head, rows),
         "",
     ]
