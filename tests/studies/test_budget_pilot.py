@@ -15,13 +15,14 @@ from whale.studies.budget_pilot import (
     FLAT,
     flattened_at,
     flattening_line,
-    pilot_of,
-    pilot_pending,
+    picked_rate,
     section_pilot,
+    section_rate_pick,
     study_config,
+    waiting_for,
 )
 from whale.studies.compare import mean_curve
-from whale.studies.plan import EDITION, PILOTS, STUDIES, StudySummary, summary_path
+from whale.studies.plan import EDITION, PILOTS, RATE_PILOTS, STUDIES, StudySummary, summary_path
 
 
 def test_flattened_at_is_the_first_point_no_later_point_beats_by_more_than_the_tolerance():
@@ -53,32 +54,63 @@ def finished_pilot_summary(docs: Path, pilot, curve: list[tuple[int, float]], ed
     atomic_write_json(summary_path(docs, pilot), record | {"edition": edition, "complete": True})
 
 
-def test_a_study_waits_for_its_pilot_and_then_runs_at_the_budget_it_found(tmp_path):
-    math = next(s for s in STUDIES if s.name == "math")
-    assert pilot_of(math) == next(p for p in PILOTS if p.name == "math-budget")
-    with pytest.raises(ConfigError, match="math-budget pilot, which this edition has not finished"):
+RISING = [(0, 0.0), (384, 0.05), (768, 0.08), (1152, 0.1), (1536, 0.12), (1920, 0.14), (2304, 0.15)]
+SETTLING = [(0, 0.0), (384, 0.1), (768, 0.15), (1152, 0.22), (1536, 0.25), (1920, 0.25), (2304, 0.26)]
+COLLAPSING = [(0, 0.0), (384, 0.2), (768, 0.05), (1152, 0.0), (1536, 0.0), (1920, 0.0), (2304, 0.0)]
+
+
+def finish_rate_pilots(docs: Path, curves=(RISING, SETTLING, COLLAPSING)) -> None:
+    for pilot, curve in zip(RATE_PILOTS, curves, strict=True):
+        finished_pilot_summary(docs, pilot, curve)
+
+
+def named(name: str):
+    return next(s for s in STUDIES if s.name == name)
+
+
+def test_the_rate_is_picked_with_each_rate_read_up_to_where_its_own_curve_flattened(tmp_path):
+    assert picked_rate(tmp_path) is None
+    finish_rate_pilots(tmp_path)
+    # 1e-3 peaks at 0.20 and collapses (flat from 384: read up to 768); 3e-4 settles at 0.25 by 1536;
+    # 1e-4 still rises at 2304 and reaches 0.15
+    assert picked_rate(tmp_path) == ("3e-4", 1536)
+    text = "\n".join(section_rate_pick(tmp_path))
+    assert (
+        "Picked: **3e-4**" in text
+        and "| 1e-3 | 768 | 0.200 |  |" in text
+        and "| 3e-4 | 1536 | 0.250 | the pick |" in text
+    )
+    finish_rate_pilots(tmp_path, (RISING, COLLAPSING, SETTLING))  # same curves, other rates
+    assert picked_rate(tmp_path) == ("1e-3", 1536)
+
+
+def test_a_study_waits_for_its_pilots_and_then_runs_at_the_rate_and_budget_they_found(tmp_path):
+    math, searchqa, gym = named("math"), named("searchqa"), named("gym-knights_knaves")
+    with pytest.raises(ConfigError, match="math-budget-1e-4, math-budget-3e-4, math-budget-1e-3, which this"):
         study_config(math, tmp_path)
     assert study_config(math, tmp_path, pending_ok=True).schedule.budget_rollouts == 768  # plans only
-    finished_pilot_summary(
-        tmp_path, pilot_of(math), curve=[(0, 0.0), (384, 0.1), (1152, 0.3), (2304, 0.31)], edition=1
-    )
-    assert pilot_pending(math, tmp_path)  # a first-edition pilot sets nothing
-    finished_pilot_summary(tmp_path, pilot_of(math), curve=[(0, 0.0), (384, 0.1), (1152, 0.3), (2304, 0.31)])
+    assert waiting_for(named("math-budget-1e-4"), tmp_path) == []  # the rate pilots wait for nothing
+    finish_rate_pilots(tmp_path)
     cfg = study_config(math, tmp_path)
-    assert (cfg.schedule.budget_rollouts, cfg.eval.every_rollouts) == (1152, 288)
-    lr = next(s for s in STUDIES if s.name == "math-lr-1e-4")  # its own overrides are kept beside it
-    assert study_config(lr, tmp_path).weights.lr == 1e-4
-    assert study_config(lr, tmp_path).schedule.budget_rollouts == 1152
+    assert (cfg.weights.lr, cfg.schedule.budget_rollouts, cfg.eval.every_rollouts) == (3e-4, 1536, 384)
+    lr = study_config(named("math-lr-1e-4"), tmp_path)  # the sweep keeps its own rate at the math budget
+    assert (lr.weights.lr, lr.schedule.budget_rollouts) == (1e-4, 1536)
+    pilot = study_config(named("searchqa-budget"), tmp_path)  # the other pilots run at the picked rate
+    assert (pilot.weights.lr, pilot.schedule.budget_rollouts) == (3e-4, 2304)
+    assert waiting_for(searchqa, tmp_path) == ["searchqa-budget"]
+    finished_pilot_summary(
+        tmp_path, named("searchqa-budget"), [(0, 0.2), (384, 0.21), (768, 0.2), (2304, 0.2)]
+    )
+    cfg = study_config(searchqa, tmp_path)
+    assert (cfg.weights.lr, cfg.schedule.budget_rollouts) == (3e-4, 768)  # never below the preset's budget
+    cfg = study_config(gym, tmp_path)  # no pilot of its own: the preset's budget, the picked rate
+    assert (cfg.weights.lr, cfg.schedule.budget_rollouts) == (3e-4, 768) and waiting_for(gym, tmp_path) == []
 
 
-def test_a_pilot_never_lowers_the_preset_budget_and_sets_nothing_for_itself_or_gym(tmp_path):
-    math = next(s for s in STUDIES if s.name == "math")
-    finished_pilot_summary(tmp_path, pilot_of(math), curve=[(0, 0.2), (384, 0.21), (768, 0.2)])
-    assert study_config(math, tmp_path).schedule.budget_rollouts == 768
-    pilot = pilot_of(math)
-    assert pilot_of(pilot) is None and study_config(pilot, tmp_path).schedule.budget_rollouts == 2304
-    gym = next(s for s in STUDIES if s.preset == "results-gym")
-    assert pilot_of(gym) is None and not pilot_pending(gym, tmp_path)
+def test_a_first_edition_pilot_sets_nothing(tmp_path):
+    for pilot in RATE_PILOTS:
+        finished_pilot_summary(tmp_path, pilot, SETTLING, edition=1)
+    assert picked_rate(tmp_path) is None and waiting_for(named("math"), tmp_path)
 
 
 def test_every_study_with_weight_only_says_whether_its_curve_flattened():

@@ -63,9 +63,11 @@ def test_plan_counts_shared_runs_once_and_splits_done_from_estimated(tmp_path):
 
 def test_the_committed_plan_runs_pilots_first_and_every_study_has_an_estimate():
     rows = plan_rows(DOCS)
-    assert [r.study for r in rows][:3] == ["math-budget", "searchqa-budget", "chess-budget"]
+    assert [r.study for r in rows][:5] == [
+        "math-budget-1e-4", "math-budget-3e-4", "math-budget-1e-3", "searchqa-budget", "chess-budget"
+    ]  # fmt: skip
     math = next(r for r in rows if r.study == "math")
-    assert math.budget in ("768 until its pilot", "768", "1152", "1536", "1920", "2304")
+    assert math.budget in ("768 until its pilots", "768", "1152", "1536", "1920", "2304")
     assert all(r.estimate_s > 0 for r in rows if r.done < r.runs)
     assert sum(r.runs for r in rows) < sum(s.seeds * len(s.methods) for s in STUDIES)  # shared runs once
 
@@ -77,7 +79,7 @@ def test_results_plan_prints_the_table_and_runs_nothing(tmp_path):
         "results", "--plan", "--study", "math", "--study", "math-algorithms", "--docs", str(tmp_path)
     )
     assert proc.returncode == 0, proc.stderr
-    assert "| 1 | math | 768 until its pilot | 30 | 0 | 0.0 |" in proc.stdout
-    assert "| 2 | math-algorithms | 768 until its pilot | 10 | 0 |" in proc.stdout
+    assert "| 1 | math | 768 until its pilots | 30 | 0 | 0.0 |" in proc.stdout
+    assert "| 2 | math-algorithms | 768 until its pilots | 10 | 0 |" in proc.stdout
     assert "no runs recorded" in proc.stdout  # an empty docs folder: nothing to estimate from
     assert not (tmp_path / "results.md").exists() and not (tmp_path / "runs").exists()

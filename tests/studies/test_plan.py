@@ -8,7 +8,7 @@ import pytest
 from tests.studies.test_results import DOCS
 from whale.core.config import load_config
 from whale.core.files import read_json
-from whale.studies.plan import GYM, GYM_FAMILIES, PILOTS, STUDIES
+from whale.studies.plan import GYM, GYM_FAMILIES, PILOTS, RATE_PILOTS, STUDIES
 
 
 def test_every_study_loads_its_config_and_runs_five_seeds_unless_a_pilot_or_the_lr_sweep():
@@ -18,6 +18,7 @@ def test_every_study_loads_its_config_and_runs_five_seeds_unless_a_pilot_or_the_
         pilot_or_sweep = s in PILOTS or s.name.startswith("math-lr-")
         assert s.seeds == (3 if pilot_or_sweep else 5), s.name
     assert STUDIES[: len(PILOTS)] == PILOTS  # the budget is chosen before the runs that spend it
+    assert PILOTS[: len(RATE_PILOTS)] == RATE_PILOTS  # the other pilots run at the rate these pick
     assert len({s.name for s in STUDIES}) == len(STUDIES)
 
 

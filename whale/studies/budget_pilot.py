@@ -1,17 +1,20 @@
-"""The budget pilot: weight-only run past the results presets' budget, to find where its curve flattens,
-so that the edition's budget is one at which weight-only has had its chance (issue 33).
+"""The pilots: weight-only run past the results presets' budget, to find where its curve flattens, so that
+the edition's rate and budget are ones at which weight-only has had its chance (issue 33).
 
-The budget is derived when a study runs, from the pilot's committed summary, instead of being written into
-the presets: writing it would make a new commit, and the edition runs at one commit, pilots included.
+The rate and budgets are derived when a study runs, from the pilots' committed summaries, instead of being
+written into the presets: writing them would make a new commit, and the edition runs at one commit, pilots
+included.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from whale.core.config import Config, ConfigError, load_config
-from whale.studies.compare import md_table, mean_curve
-from whale.studies.plan import EDITION, PILOTS, Study, StudySummary, load_summary
+from whale.studies.compare import RunData, md_table, mean_curve
+from whale.studies.lr_sweep import pick_rate, selected_val
+from whale.studies.plan import EDITION, LR_SWEEP, PILOTS, RATE_PILOTS, Study, StudySummary, load_summary
 
 FLAT = 0.02  # flattened: no later point's seed-mean validation score is higher by more than this
 POINTS = 4  # evaluation intervals per run at the derived budget (five points, as the presets have)
@@ -25,11 +28,10 @@ def flattened_at(curve: list[tuple[float, float]]) -> float:
     return curve[-1][0]
 
 
-def pilot_of(study: Study) -> Study | None:
-    """The pilot that sets a study's budget: the one on its preset (none for a pilot, none for gym)."""
-    if study in PILOTS:
-        return None
-    return next((p for p in PILOTS if p.preset == study.preset), None)
+def finished(docs: Path, study: Study) -> StudySummary | None:
+    """This edition's complete summary of the study, if there is one."""
+    summary = load_summary(docs, study)
+    return summary if summary is not None and summary.meta.get("edition") == EDITION else None
 
 
 def pilot_budget(pilot: StudySummary) -> int:
@@ -38,31 +40,76 @@ def pilot_budget(pilot: StudySummary) -> int:
     return max(floor, int(flattened_at(mean_curve(pilot.runs["weight-only"], "val"))))
 
 
-def finished_pilot(study: Study, docs: Path) -> StudySummary | None:
-    """This edition's complete summary of the pilot that sets the study's budget, if there is one."""
-    pilot = pilot_of(study)
-    summary = load_summary(docs, pilot) if pilot is not None else None
-    return summary if summary is not None and summary.meta.get("edition") == EDITION else None
+def up_to(run: RunData, budget: int) -> RunData:
+    return replace(run, points=[p for p in run.points if p["rollouts"] <= budget])
 
 
-def pilot_pending(study: Study, docs: Path) -> bool:
-    """The study's budget waits for a pilot that this edition has not completed."""
-    return pilot_of(study) is not None and finished_pilot(study, docs) is None
+def picked_rate(docs: Path) -> tuple[str, int] | None:
+    """The rate picked on validation, each rate's runs read up to its own flattening budget, and the math
+    budget (the pick's); None until every rate pilot is complete."""
+    summaries = [finished(docs, p) for p in RATE_PILOTS]
+    if any(s is None for s in summaries):
+        return None
+    budgets = {lr: pilot_budget(s) for lr, s in zip(LR_SWEEP, summaries, strict=True) if s is not None}
+    swept = {
+        lr: [up_to(r, budgets[lr]) for r in s.runs["weight-only"]]
+        for lr, s in zip(LR_SWEEP, summaries, strict=True)
+        if s is not None
+    }
+    lr = pick_rate(swept)
+    return lr, budgets[lr]
+
+
+def pilot_of(study: Study, docs: Path) -> Study | None:
+    """The pilot that sets a study's budget: its domain's (on math, the picked rate's); none for a pilot
+    or for gym."""
+    if study in PILOTS:
+        return None
+    if study.preset == "results-math":
+        picked = picked_rate(docs)
+        return (
+            None if picked is None else next(p for p in RATE_PILOTS if p.name == f"math-budget-{picked[0]}")
+        )
+    return next((p for p in PILOTS if p.preset == study.preset), None)
+
+
+def takes_picked_rate(study: Study) -> bool:
+    """Every study of the results presets but the rate pilots (a study on another preset is a test's)."""
+    return study.preset.startswith("results-") and study not in RATE_PILOTS
+
+
+def waiting_for(study: Study, docs: Path) -> list[str]:
+    """The pilots this edition has not completed and the study's rate or budget waits for."""
+    if not takes_picked_rate(study):
+        return []
+    waiting = [p.name for p in RATE_PILOTS if finished(docs, p) is None]
+    if waiting:
+        return waiting
+    pilot = pilot_of(study, docs)
+    return [pilot.name] if pilot is not None and finished(docs, pilot) is None else []
 
 
 def study_overrides(study: Study, docs: Path, pending_ok: bool = False) -> list[str]:
-    """The study's overrides behind the budget its pilot gives (a study's own overrides win). Until the
-    pilot is complete, a ConfigError; or, with `pending_ok` (plans), the preset's budget."""
-    pilot, summary = pilot_of(study), finished_pilot(study, docs)
-    if pilot is None or (summary is None and pending_ok):
+    """The study's overrides behind the rate and budget its pilots give (a study's own overrides win).
+    While a pilot is missing, a ConfigError; or, with `pending_ok` (plans), the preset's."""
+    waiting = waiting_for(study, docs)
+    if waiting and pending_ok:
         return list(study.overrides)
-    if summary is None:
+    if waiting:
         raise ConfigError(
-            f"study {study.name}: its budget comes from the {pilot.name} pilot, which this edition has not "
-            f"finished; run `whale results --study {pilot.name}` first"
+            f"study {study.name}: its rate or budget comes from the pilots {', '.join(waiting)}, which this "
+            f"edition has not finished; run `whale results --study {waiting[0]}` first"
         )
-    budget = pilot_budget(summary)
-    return [f"schedule.budget_rollouts={budget}", f"eval.every_rollouts={budget // POINTS}", *study.overrides]
+    if not takes_picked_rate(study):
+        return list(study.overrides)
+    picked = picked_rate(docs)
+    derived = [f"weights.lr={picked[0]}"] if picked is not None else []
+    pilot = pilot_of(study, docs)
+    summary = finished(docs, pilot) if pilot is not None else None
+    if summary is not None:
+        budget = pilot_budget(summary)
+        derived += [f"schedule.budget_rollouts={budget}", f"eval.every_rollouts={budget // POINTS}"]
+    return [*derived, *study.overrides]
 
 
 def study_config(study: Study, docs: Path, pending_ok: bool = False) -> Config:
@@ -88,6 +135,32 @@ def flattening_line(s: StudySummary) -> list[str]:
     ]
 
 
+def section_rate_pick(docs: Path) -> list[str]:
+    """How the rate pilots picked the edition's learning rate and the math budget."""
+    summaries = {lr: finished(docs, p) for lr, p in zip(LR_SWEEP, RATE_PILOTS, strict=True)}
+    picked = picked_rate(docs)
+    if picked is None:
+        return []
+    rows = []
+    for lr, s in summaries.items():
+        if s is not None:
+            budget = pilot_budget(s)
+            runs = [up_to(r, budget) for r in s.runs["weight-only"]]
+            rows.append([lr, str(budget), f"{selected_val(runs):.3f}", "the pick" if lr == picked[0] else ""])
+    return [
+        "## The learning rate and the math budget, from the rate pilots",
+        "",
+        "Each rate's weight-only runs are read up to the budget where its own seed-mean validation curve "
+        f"flattened (never below the preset's budget); the pick is the rate with the best validation mean "
+        "at each run's validation-selected point within that budget, over seeds (a tie goes to the smaller "
+        f"rate). Picked: **{picked[0]}**, so every other study of the edition trains at {picked[0]}, and the "
+        f"math studies run at **{picked[1]} budget rollouts**.",
+        "",
+        md_table(["lr", "flattened at (budget)", "val at val-selected point", ""], rows),
+        "",
+    ]
+
+
 def section_pilot(s: StudySummary) -> list[str]:
     runs = sorted(s.runs["weight-only"], key=lambda r: r.seed)
     curve, test = mean_curve(runs, "val"), mean_curve(runs, "test")
@@ -98,6 +171,13 @@ def section_pilot(s: StudySummary) -> list[str]:
         + [f"{test[i][1]:.3f}", "flat from here" if rollouts == at else ""]
         for i, (rollouts, value) in enumerate(curve)
     ]
+    use = (
+        "The rate pick below reads this rate's runs up to "
+        f"{pilot_budget(s)} budget rollouts (never below the preset's budget)."
+        if s.study in RATE_PILOTS
+        else f"The edition's studies on this preset run at {pilot_budget(s)} (never below the preset's "
+        "budget), with five evaluation points."
+    )
     head = [
         "budget rollouts",
         f"val mean@{s.k}",
@@ -108,9 +188,8 @@ def section_pilot(s: StudySummary) -> list[str]:
     return [
         f"Budget pilot ({s.study.name}): weight-only's seed-mean validation mean@{s.k}. It has flattened "
         f"at the first point after which it never rises by more than {FLAT:.2f}: **{at:.0f} budget "
-        f"rollouts**. The edition's studies on this preset run at {pilot_budget(s)} (never below the "
-        "preset's own budget), with five evaluation points. Each seed's validation curve and the test curve "
-        "are beside it, so a collapse shows as one.",
+        f"rollouts**. {use} Each seed's validation curve and the test curve are beside it, so a collapse "
+        "shows as one.",
         "",
         md_table(head, rows),
         "",

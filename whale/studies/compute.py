@@ -15,7 +15,7 @@ from pathlib import Path
 
 from whale.core.files import read_json
 from whale.run.schedule import HARNESS_ONLY
-from whale.studies.budget_pilot import pilot_pending, study_config
+from whale.studies.budget_pilot import study_config, waiting_for
 from whale.studies.compare import md_table
 from whale.studies.plan import EDITION, STUDIES, Study
 from whale.studies.running import held_runs
@@ -77,7 +77,7 @@ def plan_rows(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[PlanRow]
     for study in studies:
         cfg = study_config(study, docs, pending_ok=True)
         held = held_runs(docs, study, planning=True)
-        pending = " until its pilot" if pilot_pending(study, docs) else ""
+        pending = " until its pilots" if waiting_for(study, docs) else ""
         row = PlanRow(study.name, 0, 0, 0.0, 0.0, "", f"{cfg.schedule.budget_rollouts}{pending}")
         bases = []
         for i in range(study.seeds):
@@ -122,8 +122,9 @@ def section_plan(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[str]:
         "several studies share counts in the first). Done: runs this edition's summaries hold, with their "
         "recorded hours. Left: estimated from the wall seconds per budget rollout of committed runs of the "
         "same domain and schedule (any edition; 2 CPU cores, one run at a time), times the study's budget; "
-        "the last column names the runs behind each estimate. A study's budget is where its domain's "
-        "budget pilot found weight-only flattened; until that pilot is done, the preset's budget stands in. "
+        "the last column names the runs behind each estimate. A study's learning rate is the one the math "
+        "rate pilots picked, and its budget is where its domain's pilot found weight-only flattened; until "
+        "those pilots are done, the preset's stand in. "
         "`whale results --plan` prints this table "
         "without running anything.",
         "",

@@ -46,8 +46,7 @@ PHASE_ABLATION = {  # label -> (E weight steps, I search iterations); (2, 1) is 
 }
 
 
-LR_SWEEP = ("1e-4", "3e-4", "1e-3")  # weights.lr under weight-only on math; the presets take the pick
-PRESET_LR = "1e-3"  # the first edition's pick, in the results presets
+LR_SWEEP = ("1e-4", "3e-4", "1e-3")  # weights.lr under weight-only on math; every other study takes the pick
 
 DOMAIN_TITLES = {"math": "Math", "searchqa": "Search QA", "chess": "Chess"}
 
@@ -57,18 +56,38 @@ DOMAIN_TITLES = {"math": "Math", "searchqa": "Search QA", "chess": "Chess"}
 # tests/studies/test_plan.py applies the rule to the committed scores.
 GYM_FAMILIES = ("isomorphic_strings", "knights_knaves", "number_format")
 
-# Budget pilots, run first: weight-only at three times the results presets' budget, so that the edition's
-# budget can be one where weight-only's curve has flattened (docs/results.md shows the curves).
-PILOTS: tuple[Study, ...] = tuple(
+# Pilots, run first, at three times the results presets' budget. On math, weight-only at each rate of the
+# sweep: the rate is picked on validation, each rate read up to where its own curve flattened, and the math
+# budget is where the picked rate's curve flattened (a rate that collapses early cannot win by being read
+# late, nor lose by being run long). The other domains' pilots run at the picked rate. Studies read their
+# rate and budget from the pilots' summaries when they run (whale/studies/budget_pilot.py), so the edition
+# stays at one commit.
+PILOT_BUDGET = ("schedule.budget_rollouts=2304", "eval.every_rollouts=384")
+RATE_PILOTS: tuple[Study, ...] = tuple(
     Study(
-        f"{domain}-budget",
-        f"{DOMAIN_TITLES[domain]}: weight-only at three times the budget (the budget pilot)",
-        f"results-{domain}",
+        f"math-budget-{lr}",
+        f"Math: weight-only at learning rate {lr} and three times the budget (a rate and budget pilot)",
+        "results-math",
         ("weight-only",),
         seeds=3,
-        overrides=("schedule.budget_rollouts=2304", "eval.every_rollouts=384"),
+        overrides=(*PILOT_BUDGET, f"weights.lr={lr}"),
     )
-    for domain in DOMAINS
+    for lr in LR_SWEEP
+)
+PILOTS: tuple[Study, ...] = (
+    *RATE_PILOTS,
+    *(
+        Study(
+            f"{domain}-budget",
+            f"{DOMAIN_TITLES[domain]}: weight-only at the picked rate, three times the budget (budget pilot)",
+            f"results-{domain}",
+            ("weight-only",),
+            seeds=3,
+            overrides=PILOT_BUDGET,
+        )
+        for domain in DOMAINS
+        if domain != "math"
+    ),
 )
 
 # Beyond the paper (issue 32): rescue of zero-signal tasks under each schedule, the gain-driven schedule, and
@@ -190,7 +209,6 @@ STUDIES: tuple[Study, ...] = (
             ("weight-only",),
             seeds=3,
             overrides=(f"weights.lr={lr}",),
-            folder="math" if lr == PRESET_LR else "",  # the presets' own rate: the math study's weight-only
         )
         for lr in LR_SWEEP
     ),

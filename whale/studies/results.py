@@ -22,7 +22,7 @@ from whale.core.files import atomic_write_text
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import best_val_point
 from whale.studies.beyond import section_beyond
-from whale.studies.budget_pilot import flattening_line, section_pilot
+from whale.studies.budget_pilot import flattening_line, section_pilot, section_rate_pick
 from whale.studies.claims import (
     attributed_rates,
     claim_a,
@@ -364,7 +364,7 @@ def render(docs: Path, discussion: Path | None = None) -> Path:
         lines += section_comparison(algorithms, docs) + section_weight_steps(algorithms)
     else:
         lines += ["## Math: the weight phase's algorithm", "", "Not run yet (`make results` runs it).", ""]
-    lines += section_phases(docs) + section_lr_sweep(docs)
+    lines += section_phases(docs) + section_rate_pick(docs) + section_lr_sweep(docs)
     lines += section_mechanisms([s for s in summaries.values() if s is not None])
     for study in (*BEYOND, *ABLATIONS, *GYM, *PILOTS):
         s = summaries[study.name]
