@@ -8,13 +8,23 @@ included.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 
 from whale.core.config import Config, ConfigError, load_config
 from whale.studies.compare import RunData, md_table, mean_curve
 from whale.studies.lr_sweep import pick_rate, selected_val
-from whale.studies.plan import EDITION, LR_SWEEP, PILOTS, RATE_PILOTS, Study, StudySummary, load_summary
+from whale.studies.plan import (
+    EDITION,
+    LR_SWEEP,
+    PILOTS,
+    RATE_PILOTS,
+    Study,
+    StudySummary,
+    load_summary,
+    summary_path,
+)
 
 FLAT = 0.02  # flattened: no later point's seed-mean validation score is higher by more than this
 POINTS = 4  # evaluation intervals per run at the derived budget (five points, as the presets have)
@@ -29,7 +39,17 @@ def flattened_at(curve: list[tuple[float, float]]) -> float:
 
 
 def finished(docs: Path, study: Study) -> StudySummary | None:
-    """This edition's complete summary of the study, if there is one."""
+    """This edition's complete summary of the study, if there is one (read again only when its file
+    changes: a plan asks for the pilots' summaries once per pair of studies)."""
+    path = summary_path(docs, study)
+    if not path.is_file():
+        return None
+    stat = path.stat()
+    return finished_as_of(docs, study, (stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=64)
+def finished_as_of(docs: Path, study: Study, stamp: tuple[int, int]) -> StudySummary | None:
     summary = load_summary(docs, study)
     return summary if summary is not None and summary.meta.get("edition") == EDITION else None
 

@@ -21,6 +21,7 @@ from typing import Any
 from whale.core.files import atomic_write_text
 from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import best_val_point
+from whale.studies.accepted_mechanisms import section_mechanisms
 from whale.studies.beyond import section_beyond
 from whale.studies.budget_pilot import flattening_line, section_pilot, section_rate_pick
 from whale.studies.claims import (
@@ -47,7 +48,6 @@ from whale.studies.compare import (
 )
 from whale.studies.compute import section_plan
 from whale.studies.lr_sweep import section_lr_sweep
-from whale.studies.mechanisms import section_mechanisms
 from whale.studies.plan import (
     ABLATIONS,
     BEYOND,

@@ -4,7 +4,7 @@ with controls, other proposers and shared runs left out."""
 from __future__ import annotations
 
 from tests.studies.test_results import fake_run
-from whale.studies.mechanisms import domain_runs, mechanism_of, mechanism_tallies, section_mechanisms
+from whale.studies.accepted_mechanisms import domain_runs, mechanism_of, mechanism_tallies, section_mechanisms
 from whale.studies.plan import Study, StudySummary
 
 
