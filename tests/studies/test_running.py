@@ -84,7 +84,7 @@ def test_only_this_editions_summaries_lend_runs_and_partial_ones_are_not_rendere
 
 def test_studies_sharing_a_run_folder_and_config_lend_each_other_their_runs(tmp_path):
     rescue = next(s for s in STUDIES if s.name == "math-rescue-whale")
-    names = {s.name for s in sharing(rescue, tmp_path, pending_ok=True)}
+    names = {s.name for s in sharing(rescue, tmp_path, planning=True)}
     assert {"math", "math-algorithms", "math-phases-E2-I1", "math-gain"} <= names
     assert not names & {"math-phases-E6-I1", "math-minimal", "math-budget", "searchqa"}
     weight_only = {s.name for s in sharing(next(s for s in STUDIES if s.name == "math"), tmp_path, True)}

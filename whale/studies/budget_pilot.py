@@ -64,20 +64,27 @@ def up_to(run: RunData, budget: int) -> RunData:
     return replace(run, points=[p for p in run.points if p["rollouts"] <= budget])
 
 
+def rate_readings(docs: Path) -> dict[str, tuple[int, list[RunData]]] | None:
+    """rate -> the budget where its pilot flattened, and its runs read up to that budget; None until every
+    rate pilot is complete."""
+    readings = {}
+    for lr, pilot in zip(LR_SWEEP, RATE_PILOTS, strict=True):
+        summary = finished(docs, pilot)
+        if summary is None:
+            return None
+        budget = pilot_budget(summary)
+        readings[lr] = budget, [up_to(r, budget) for r in summary.runs["weight-only"]]
+    return readings
+
+
 def picked_rate(docs: Path) -> tuple[str, int] | None:
     """The rate picked on validation, each rate's runs read up to its own flattening budget, and the math
-    budget (the pick's); None until every rate pilot is complete."""
-    summaries = [finished(docs, p) for p in RATE_PILOTS]
-    if any(s is None for s in summaries):
+    budget (the pick's)."""
+    readings = rate_readings(docs)
+    if readings is None:
         return None
-    budgets = {lr: pilot_budget(s) for lr, s in zip(LR_SWEEP, summaries, strict=True) if s is not None}
-    swept = {
-        lr: [up_to(r, budgets[lr]) for r in s.runs["weight-only"]]
-        for lr, s in zip(LR_SWEEP, summaries, strict=True)
-        if s is not None
-    }
-    lr = pick_rate(swept)
-    return lr, budgets[lr]
+    lr = pick_rate({lr: runs for lr, (_, runs) in readings.items()})
+    return lr, readings[lr][0]
 
 
 def pilot_of(study: Study, docs: Path) -> Study | None:
@@ -157,16 +164,13 @@ def flattening_line(s: StudySummary) -> list[str]:
 
 def section_rate_pick(docs: Path) -> list[str]:
     """How the rate pilots picked the edition's learning rate and the math budget."""
-    summaries = {lr: finished(docs, p) for lr, p in zip(LR_SWEEP, RATE_PILOTS, strict=True)}
-    picked = picked_rate(docs)
-    if picked is None:
+    readings, picked = rate_readings(docs), picked_rate(docs)
+    if readings is None or picked is None:
         return []
-    rows = []
-    for lr, s in summaries.items():
-        if s is not None:
-            budget = pilot_budget(s)
-            runs = [up_to(r, budget) for r in s.runs["weight-only"]]
-            rows.append([lr, str(budget), f"{selected_val(runs):.3f}", "the pick" if lr == picked[0] else ""])
+    rows = [
+        [lr, str(budget), f"{selected_val(runs):.3f}", "the pick" if lr == picked[0] else ""]
+        for lr, (budget, runs) in readings.items()
+    ]
     return [
         "## The learning rate and the math budget, from the rate pilots",
         "",

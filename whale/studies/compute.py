@@ -124,9 +124,8 @@ def section_plan(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[str]:
         "same domain and schedule (any edition; 2 CPU cores, one run at a time), times the study's budget; "
         "the last column names the runs behind each estimate. A study's learning rate is the one the math "
         "rate pilots picked, and its budget is where its domain's pilot found weight-only flattened; until "
-        "those pilots are done, the preset's stand in. "
-        "`whale results --plan` prints this table "
-        "without running anything.",
+        "those pilots are done, the preset's stand in. `whale results --plan` prints this table without "
+        "running anything.",
         "",
         md_table(
             ["order", "study", "budget", "runs", "done", "hours done", "hours left (est.)", "estimated from"],

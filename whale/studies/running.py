@@ -44,16 +44,16 @@ def refuse_mixed_commits(name: str, runs: list[RunData], out: Path, allowed: boo
         )
 
 
-def sharing(study: Study, docs: Path, pending_ok: bool = False) -> list[Study]:
+def sharing(study: Study, docs: Path, planning: bool = False) -> list[Study]:
     """The study itself and those whose runs are the same runs: same folder, same config (budgets are
     the pilots', so read from `docs`)."""
-    config = study_config(study, docs, pending_ok).model_dump()
+    config = study_config(study, docs, planning).model_dump()
     same = [
         s
         for s in STUDIES
         if s.runs_folder == study.runs_folder
         and s != study
-        and study_config(s, docs, pending_ok).model_dump() == config
+        and study_config(s, docs, planning).model_dump() == config
     ]
     return [study, *same]
 
