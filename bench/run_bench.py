@@ -1,6 +1,6 @@
 """Run the whale benchmark without the CLI: `python bench/run_bench.py --model embedded --out bench/results`.
 
-Same as `whale bench` (whale.bench.main.run_bench); see bench/README.md and docs/performance.md.
+Same as `whale bench` (whale.bench.suite.run_bench); see bench/README.md and docs/performance.md.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from whale.bench.main import run_bench  # noqa: E402
+from whale.bench.suite import run_bench  # noqa: E402
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """The layering rule, read from the imports: a package imports only from the layers below it (or itself),
-no two modules import each other even through a chain, and no module of whale/ outgrows 450 lines.
+no two modules import each other even through a chain, no module of whale/ outgrows 450 lines, and no
+two modules share a file name.
 
 Every import counts, including those inside functions: a lazy import hides a dependency from start-up
 time, not from the design.
@@ -109,6 +110,15 @@ def test_no_import_circle():
 def test_module_fits_in_a_head(name):
     lines = len(modules()[name].read_text().splitlines())
     assert lines <= MAX_LINES, f"{name}: {lines} lines (at most {MAX_LINES})"
+
+
+def test_no_two_modules_share_a_name():
+    """A file name says which module it is: `step.py` in two packages reads as one idea in two places."""
+    seen: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(name)
+    assert {base: names for base, names in seen.items() if len(names) > 1} == {}
 
 
 def test_the_rule_catches_a_violation(tmp_path):

@@ -1,5 +1,5 @@
-"""`whale.bench.main`: one quick run on the tiny model; every section present, ratios are the quotients of the
-raw numbers stored beside them, and the engine's greedy completions equal transformers' own."""
+"""`whale.bench.suite`: one quick run on the tiny model; every section present, ratios are the quotients of
+the raw numbers stored beside them, and the engine's greedy completions equal transformers' own."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from whale.bench.main import run_bench, verdicts
+from whale.bench.suite import run_bench, verdicts
 
 SECTIONS = ("machine", "roofline", "engine", "trainer", "rollout", "workload", "verdicts")
 

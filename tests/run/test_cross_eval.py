@@ -94,7 +94,7 @@ class Always:
 
 
 def run_whale(tmp_path, monkeypatch, cross: str):
-    monkeypatch.setattr("whale.search.step.build_acceptance", lambda kind, alpha: Always())
+    monkeypatch.setattr("whale.search.search_step.build_acceptance", lambda kind, alpha: Always())
     cfg = load_config("tiny", None, [
         "schedule.method=whale", "schedule.budget_rollouts=64", "eval.every_rollouts=64", "eval.k=2",
         "runner.workers=4", "domain.sizes={train: 50, search: 4, val: 4, test: 2}", "proposer.kind=mutation",

@@ -88,7 +88,7 @@ class Always:
 def test_a_point_a_search_unit_runs_past_scores_the_harness_held_before_it(tmp_path, monkeypatch):
     """Each evaluation point scores the agent held when its share of the budget had been spent: a unit
     changes the harness only when it ends, and the last unit is cut to what the budget can pay for."""
-    monkeypatch.setattr("whale.search.step.build_acceptance", lambda kind, alpha: Always())
+    monkeypatch.setattr("whale.search.search_step.build_acceptance", lambda kind, alpha: Always())
     cfg = load_config("tiny", None, [
         "schedule.method=harness-only", "schedule.budget_rollouts=40", "eval.every_rollouts=15", "eval.k=1",
         "runner.workers=4", "domain.sizes={train: 50, search: 4, val: 2, test: 2}", "proposer.kind=mutation",

@@ -15,7 +15,7 @@ from whale.search.archive import Archive, CandidateEval
 from whale.search.proposer import Proposal, ProposalRequest
 from whale.search.race import RaceSettings
 from whale.search.scoring import evaluate_candidate
-from whale.search.step import SearchSettings, harness_step, population_step
+from whale.search.search_step import SearchSettings, harness_step, population_step
 
 WRONG = 'def run(task, llm, tools):\n    llm.chat([{"role": "user", "content": "guess"}])\n    return "0"\n'
 

@@ -14,7 +14,7 @@ from whale.search.acceptance import Argmax, Paired, Race
 from whale.search.archive import Archive
 from whale.search.proposer import Proposal, ProposalRequest
 from whale.search.scoring import evaluate_candidate, summarize
-from whale.search.step import SearchSettings, harness_step, population_step
+from whale.search.search_step import SearchSettings, harness_step, population_step
 
 WRONG = 'def run(task, llm, tools):\n    llm.chat([{"role": "user", "content": "guess"}])\n    return "0"\n'
 INVALID = "import os\n\n\ndef run(task, llm, tools):\n    return os.getcwd()\n"

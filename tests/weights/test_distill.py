@@ -24,7 +24,7 @@ from whale.model.sampling import reply_encoder
 from whale.model.trainer import Trainer, TrainerConfig
 from whale.weights.distill import answering_call, distill, targets
 from whale.weights.rescue import RescueSettings
-from whale.weights.step import WeightSettings, weight_step
+from whale.weights.weight_step import WeightSettings, weight_step
 
 BARS = partial(track, Console(file=io.StringIO()))
 

@@ -34,7 +34,7 @@ from whale.weights.rescue import (
     rescue_report,
     zero_signal,
 )
-from whale.weights.step import WeightBatch, WeightSettings, merged, weight_step
+from whale.weights.weight_step import WeightBatch, WeightSettings, merged, weight_step
 
 RESCUE_DOMAIN = Path(__file__).resolve().parents[1] / "fixtures" / "rescue_domain.py"
 BARS = partial(track, Console(file=io.StringIO()))

@@ -16,7 +16,7 @@ from whale.model.hf_engine import HFEngine
 from whale.model.losses import Objective
 from whale.weights.examples import drop_uniform
 from whale.weights.grpo import group_advantages
-from whale.weights.step import WeightSettings, build_batch, sample
+from whale.weights.weight_step import WeightSettings, build_batch, sample
 
 
 def call(prompt: list[int], completion: list[int], train: bool = True, temperature: float = 1.0) -> ModelCall:

@@ -384,7 +384,7 @@ def bench(
         bench_end_to_end(kinds, out / "end-to-end.json", log=lambda m: console.print(m, highlight=False))
         console.print(f"bench: {out / 'end-to-end.json'}")
         return
-    from whale.bench.main import run_bench
+    from whale.bench.suite import run_bench
 
     run_bench(model, out, quick, console)
 

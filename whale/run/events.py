@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from whale.core.timing import snapshot
-from whale.weights.step import WeightStepResult
+from whale.weights.weight_step import WeightStepResult
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """One run: build every part from a Config, then spend the budget one unit at a time.
 
-A unit is a weight step (whale.weights.step) or a harness-search step (whale.search.step); the schedule
-(whale.run.schedule) says which comes next. Every method spends the same budget and is evaluated at the
-same budget fractions: the last unit is cut to what the budget can pay for, and an evaluation point
-every `eval.every_rollouts` rollouts scores the agent held when that many had been spent (a unit changes
-the agent only when it ends). After every unit the run commits: weights to a checkpoint folder if they
-changed, then state.json (whale.run.rundir). A killed run resumes from its last commit.
+A unit is a weight step (whale.weights.weight_step) or a harness-search step (whale.search.search_step); the
+schedule (whale.run.schedule) says which comes next. Every method spends the same budget and is evaluated at
+the same budget fractions: the last unit is cut to what the budget can pay for, and an evaluation point every
+`eval.every_rollouts` rollouts scores the agent held when that many had been spent (a unit changes the agent
+only when it ends). After every unit the run commits: weights to a checkpoint folder if they changed, then
+state.json (whale.run.rundir). A killed run resumes from its last commit.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ from whale.run.tracking import Tracker
 from whale.search.archive import Archive, CandidateEval
 from whale.search.proposer import ProposerUsage
 from whale.search.scoring import evaluate_candidate
-from whale.search.step import SearchSettings, harness_step, population_step
-from whale.weights.step import WeightSettings, needs_reference, step_line, weight_step
+from whale.search.search_step import SearchSettings, harness_step, population_step
+from whale.weights.weight_step import WeightSettings, needs_reference, step_line, weight_step
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from whale.search.archive import RESCUE, Archive
 from whale.search.diagnosis import diagnose
 from whale.search.program import ProgramProposer
 from whale.search.proposer import full_brief
-from whale.search.step import propose_new
+from whale.search.search_step import propose_new
 from whale.search.toolspec import tool_specs
 from whale.weights.rescue import RescuePool
 
