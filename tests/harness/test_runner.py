@@ -477,3 +477,56 @@ def test_a_replay_is_answered_from_its_script_and_never_by_the_engine(make_runne
     assert {c.finish_reason for c in replayed.calls} == {"scripted"}
     assert all(c.completion_ids == [] for c in replayed.calls)
     assert replayed.answer == "14" and replayed.reward == 1.0
+
+
+def test_lockstep_repeats_every_batch_whatever_the_harnesses_timing(tiny, add_domain):
+    """Harnesses that compute for a random while between calls change which calls share a decode step
+    from one run to the next; in lockstep the engine waits for all of them, so every step's batch, and
+    the samples, repeat exactly (bfloat16 logits depend on the batch, so its draws need this)."""
+
+    class LoggedEngine(FastEngine):
+        def step(self) -> list:
+            self.log.append(tuple(sorted(r.request.seed for r in self._rows + self._pending)))
+            return super().step()
+
+    dawdle = "for _ in range(random.randrange(300000)): pass"
+    source = "import random\n" + body(
+        dawdle,
+        "llm.chat([{'role': 'user', 'content': 'q' + str(task['a'])}], max_tokens=6)",
+        dawdle,
+        "s = tools.add(task['a'], task['b'])",
+        dawdle,
+        "llm.chat([{'role': 'user', 'content': 'again'}], n=2, max_tokens=5)",
+        "return str(s)",
+    )
+    jobs = [RolloutJob(t, harness(source), s) for t in add_domain.tasks for s in range(2)]
+
+    def sampled(lockstep: bool) -> tuple[list, list]:
+        engine = LoggedEngine(*tiny, max_batch=8)
+        engine.log = []
+        runner = RolloutRunner(engine, add_domain, SAMPLING, RunnerLimits(workers=6, lockstep=lockstep), 3)
+        try:
+            rollouts = runner.run(jobs)
+        finally:
+            runner.close()
+        assert all(r.error is None and r.reward == 1.0 and len(r.calls) == 3 for r in rollouts)
+        return engine.log, [[c.completion_ids for c in r.calls] for r in rollouts]
+
+    first, second = sampled(True), sampled(True)
+    assert first == second
+    free = sampled(False)
+    assert free[1] == first[1]  # the tiny model in float32 does not feel the batch: same samples
+    assert free[0] != first[0] or sampled(False)[0] != free[0]  # the timing did move the batches
+
+
+def test_lockstep_serves_a_batch_engine_once_no_rollout_computes(tiny, add_domain):
+    source = body(
+        "s = tools.add(task['a'], task['b'])", "llm.chat([{'role': 'user', 'content': 'x'}])", "return str(s)"
+    )
+    runner = RolloutRunner(HFEngine(*tiny), add_domain, SAMPLING, RunnerLimits(workers=4, lockstep=True), 3)
+    try:
+        rollouts = runner.run([RolloutJob(t, harness(source), 0) for t in add_domain.tasks])
+    finally:
+        runner.close()
+    assert all(r.error is None and r.reward == 1.0 for r in rollouts)
+    assert runner.engine_calls == 2  # four workers, then the other two tasks: nobody was served alone

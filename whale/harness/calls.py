@@ -32,6 +32,9 @@ class RunnerLimits:
     max_tool_arg_chars: int = 100_000  # one tool call's arguments, as JSON
     max_tool_result_chars: int = 256_000  # one tool call's result, as JSON
     max_answer_chars: int = 100_000
+    # Step the engine only when every busy rollout waits on the model: batches, and so draws, repeat from
+    # run to run (bfloat16 logits change with the batch around a row; runner.lockstep in the config).
+    lockstep: bool = False
 
 
 @dataclass

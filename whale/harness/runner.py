@@ -1,11 +1,11 @@
 """Runs many rollouts at once: harness code in sandbox workers, model calls batched in the parent.
 
-The loop is event driven. Each busy worker is either computing (harness code running) or waiting (its
-`llm.chat` request is queued here) or in a tool call. When no busy worker computes, all queued
-requests go to the engine as one batch, so batch width tracks concurrency. Tool calls run in the
-parent, where the domain lives, on the threads of a ToolPool (so one slow tool holds up no one else),
-each under `tool_timeout_s`; verification runs here. A worker that computes too long without yielding
-is killed with its process group, and its rollout records the reason; the run goes on.
+The loop is event driven. Each busy worker computes (runs harness code), waits on the model (its `llm.chat`
+request is queued here) or on a tool (run here, where the domain lives, on a ToolPool's threads under
+`tool_timeout_s`). A step engine gets each request when it is made, another all queued requests as one batch
+once no worker computes. In lockstep the engine moves only when every busy worker waits on it, so batches,
+and bfloat16's draws, repeat run to run. A worker that computes too long is killed with its process group,
+and its rollout records why.
 
 A failed rollout's `Rollout.error` is '<kind>: <detail>', with one of these kinds (stable; match on them):
 
@@ -83,8 +83,6 @@ class RolloutRunner:
         seed: int = 0,
     ):
         self.engine = engine
-        # An engine that takes requests one by one (FastEngine) gets each model call the moment it is made
-        # and is stepped while harnesses compute; others get one batch once every busy worker waits.
         self.continuous = isinstance(engine, StepEngine)
         self._owners: dict[int, WorkerProcess] = {}  # engine handle -> worker, in continuous mode
         self.domain = domain
@@ -147,7 +145,7 @@ class RolloutRunner:
                 index, job = queue.popleft()
                 w = self._start_job(job)
                 busy[w.proc.stdout.fileno()] = (index, w)
-            stepping = self.continuous and self.engine.busy
+            stepping = self.continuous and self.engine.busy and self._may_step(queue, busy)
             timeout = 0.0 if stepping else self._next_deadline(busy)
             for key, _ in self.selector.select(timeout):
                 if key.fd == self.tools.fd:
@@ -169,7 +167,9 @@ class RolloutRunner:
                     results[index] = self._fail(w, busy, fd, reason) if reason else self._finish(w, busy, fd)
                     if on_done:
                         on_done(results[index])
-            waiting = [w for _, w in busy.values() if w.request is not None]
+            if not self._may_step(queue, busy):
+                continue
+            waiting = [w for _, w in sorted(busy.values(), key=lambda b: b[0]) if w.request is not None]
             if self.continuous:
                 for w in waiting:
                     if not w.handles and not w.results:
@@ -178,6 +178,11 @@ class RolloutRunner:
                     self._step_model()
             elif waiting and len(waiting) == sum(w.tool is None for _, w in busy.values()):
                 self._serve_model(waiting)  # no worker computes: the rest wait on the model or a tool
+
+    def _may_step(self, queue: deque, busy: dict[int, tuple[int, WorkerProcess]]) -> bool:
+        """In lockstep, the engine moves only once every rollout that can run has started and waits on it."""
+        started = not queue or len(busy) >= self.limits.workers
+        return not self.limits.lockstep or (started and all(w.request is not None for _, w in busy.values()))
 
     def _spawn(self) -> WorkerProcess:
         return spawn_worker(self.limits.memory_mb, self.limits.cpu_s)

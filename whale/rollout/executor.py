@@ -47,7 +47,7 @@ def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
     s, r = cfg.sampling, cfg.runner
     limits = RunnerLimits(
         workers=r.workers, step_timeout_s=r.step_timeout_s, rollout_timeout_s=r.rollout_timeout_s,
-        tool_timeout_s=r.tool_timeout_s, memory_mb=r.memory_mb,
+        tool_timeout_s=r.tool_timeout_s, memory_mb=r.memory_mb, lockstep=r.lockstep,
     )  # fmt: skip
     return RolloutRunner(
         engine, domain, SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens), limits, cfg.seed
