@@ -15,7 +15,7 @@ from tests.studies.test_results import fake_run
 from whale.core.config import ConfigError
 from whale.core.files import atomic_write_json, read_json
 from whale.core.provenance import code_version
-from whale.studies.plan import EDITION, SIX, STUDIES, Study, load_summary, summary_path
+from whale.studies.plan import EDITION, SIX, STUDIES, Study, load_summary, not_yet, summary_path
 from whale.studies.running import commits_of, held_runs, refuse_mixed_commits, run_study, sharing
 
 TINY = dict(preset="tiny", overrides=("domain.name=math",))
@@ -123,3 +123,11 @@ def test_a_study_continues_from_its_committed_summary_when_the_run_folders_are_g
     assert not (out / SIX[0]).exists()
     again = read_json(summary_path(docs, study))
     assert again["complete"] and again["runs"][-1] == dropped
+
+
+def test_a_study_in_progress_says_how_far_it_got_and_shows_no_figures(tmp_path):
+    study = Study("tiny-progress", "t", methods=("whale", "weight-only"), seeds=2, **TINY)
+    assert not_yet(tmp_path, study) == "Not run yet (`whale results --study tiny-progress`)."
+    write_summary(tmp_path, study, [held("whale", 0, "aaaaaaa"), held("weight-only", 0, "aaaaaaa")], False)
+    assert load_summary(tmp_path, study) is None
+    assert not_yet(tmp_path, study).startswith("In progress: 2 of 4 runs have finished")

@@ -248,6 +248,19 @@ def load_summary(docs: Path, study: Study, partial: bool = False) -> StudySummar
     return StudySummary(study, meta, runs)
 
 
+def not_yet(docs: Path, study: Study) -> str:
+    """What a study without a complete summary has done so far, in one line."""
+    partial = load_summary(docs, study, partial=True)
+    command = f"`whale results --study {study.name}`"
+    if partial is None:
+        return f"Not run yet ({command})."
+    done, planned = sum(map(len, partial.runs.values())), len(study.methods) * study.seeds
+    return (
+        f"In progress: {done} of {planned} runs have finished ({command} goes on); the section appears "
+        "once all have, so that no figure rests on part of the seeds."
+    )
+
+
 def select_studies(names: list[str] | None) -> list[Study]:
     if not names:
         return list(STUDIES)

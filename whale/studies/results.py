@@ -57,6 +57,7 @@ from whale.studies.plan import (
     STUDIES,
     StudySummary,
     load_summary,
+    not_yet,
 )
 from whale.studies.running import commits_of
 
@@ -356,7 +357,7 @@ def render(docs: Path, discussion: Path | None = None) -> Path:
         s = summaries[name]
         study = next(x for x in STUDIES if x.name == name)
         if s is None:
-            lines += [f"## {study.title}", "", "Not run yet (`make results` runs it).", ""]
+            lines += [f"## {study.title}", "", not_yet(docs, study), ""]
             continue
         lines += section_comparison(s, docs) + section_bottleneck(s)
     algorithms = summaries["math-algorithms"]
@@ -369,7 +370,7 @@ def render(docs: Path, discussion: Path | None = None) -> Path:
     for study in (*BEYOND, *ABLATIONS, *GYM, *PILOTS):
         s = summaries[study.name]
         if s is None:
-            lines += [f"## {study.title}", "", f"Not run yet (`whale results --study {study.name}`).", ""]
+            lines += [f"## {study.title}", "", not_yet(docs, study), ""]
         else:
             lines += section_comparison(s, docs) + (
                 section_pilot(s) if study in PILOTS else section_beyond(s)
