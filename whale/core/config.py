@@ -289,10 +289,7 @@ class RunnerConfig(Section):
     rollout_timeout_s: float = Field(600.0, gt=0)
     tool_timeout_s: float = Field(60.0, gt=0)
     memory_mb: int = Field(512, ge=64)
-    # Step the engine only when every busy rollout waits on the model, so the make-up of each batch, and
-    # with it every seeded draw, repeats from run to run. Off by default: it idles the engine while any
-    # harness computes or waits on a tool (docs/performance.md, batch invariance).
-    lockstep: bool = False
+    lockstep: bool = False  # fixed batches, so every draw repeats; a slow tool idles the engine
 
 
 RAY_ADDRESS = re.compile(r"auto|(ray://)?[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}")
