@@ -330,10 +330,14 @@ def results(
         bool,
         typer.Option("--plan", help="Print the compute plan (runs done, hours done and left); run nothing."),
     ] = False,
+    jobs: Annotated[
+        int, typer.Option("--jobs", min=1, help="Runs at a time, each with its share of the cores.")
+    ] = 1,
 ) -> None:
     """Run every study behind docs/results.md (each a `whale compare`), summarize it, render the document."""
     from whale.studies.compute import section_plan
     from whale.studies.plan import select_studies
+    from whale.studies.pool import run_pool
     from whale.studies.results import render
     from whale.studies.running import run_study
 
@@ -341,7 +345,9 @@ def results(
     if plan:
         console.print("\n".join(section_plan(docs, tuple(chosen))), markup=False)
         return
-    if not render_only:
+    if jobs > 1 and not render_only:
+        run_pool(chosen, runs, docs, console, jobs, mixed_commits)
+    elif not render_only:
         for s in chosen:
             console.print(
                 f"[bold]study {s.name}[/bold]: {s.preset}, {', '.join(s.methods)} x {s.seeds} seeds"

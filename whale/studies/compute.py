@@ -2,7 +2,7 @@
 runs, how many are done, the hours those took, and an estimate for the rest.
 
 An estimate is the wall seconds per budget rollout that committed runs of the same domain and schedule
-recorded (any edition; 2 CPU cores, one run at a time), times the study's budget. Where no such run
+recorded (any edition; 2 CPU cores), times the study's budget. Where no such run
 exists, the domain's runs stand in, then all runs; the table names the basis of each estimate.
 """
 
@@ -121,8 +121,11 @@ def section_plan(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[str]:
         "The studies in the order `make results` runs them, at one commit, each run once (a run that "
         "several studies share counts in the first). Done: runs this edition's summaries hold, with their "
         "recorded hours. Left: estimated from the wall seconds per budget rollout of committed runs of the "
-        "same domain and schedule (any edition; 2 CPU cores, one run at a time), times the study's budget; "
-        "the last column names the runs behind each estimate. A study's learning rate is the one the math "
+        "same domain and schedule (any edition; 2 CPU cores), times the study's budget; the last column "
+        "names the runs behind each estimate. From the 1e-3 rate pilot on, this edition's runs ran two at a "
+        "time, one torch thread each (`--jobs 2`): each run took about 1.6x its time alone, and the pair "
+        "finished about 1.25x more rollouts per hour (measured on the math pilots), so hours here are "
+        "run-hours, more than the elapsed time. A study's learning rate is the one the math "
         "rate pilots picked, and its budget is where its domain's pilot found weight-only flattened; until "
         "those pilots are done, the preset's stand in. `whale results --plan` prints this table without "
         "running anything.",

@@ -98,20 +98,34 @@ def summary_record(
     }
 
 
-def run_study(study: Study, runs: Path, docs: Path, console: Console, mixed_commits: bool = False) -> Path:
-    """Run, resume or reuse each of the study's runs (seed-major), writing its summary after each; returns
-    the summary's path. Runs held by a summary at another commit, or run at different commits, are refused
-    unless `mixed_commits` (the document then lists the commits)."""
-    cfg = study_config(study, docs)
-    out = runs / study.runs_folder
-    held = held_runs(docs, study)
-    stale = [c for c in commits_of(list(held.values())) if c != code_version()]
+def refuse_stale(study: Study, docs: Path, mixed_commits: bool) -> None:
+    """Refuse, before anything runs, a study whose summary holds runs at another commit than this one."""
+    stale = [c for c in commits_of(list(held_runs(docs, study).values())) if c != code_version()]
     if stale and not mixed_commits:
         raise ConfigError(
             f"study {study.name}: its summary holds runs at {', '.join(stale)}, this checkout is at "
             f"{code_version()}; run at that commit (git worktree add) or pass --mixed-commits"
         )
+
+
+def make_run(study: Study, runs: Path, docs: Path, method: str, seed_offset: int, console: Console) -> Path:
+    """Run or resume one of the study's runs (its siblings of the same seed may lend their start
+    evaluation); returns its folder."""
+    out = runs / study.runs_folder
     lenders = [runs / s.runs_folder for s in STUDIES if s.preset == study.preset]
+    siblings = lending_runs(out, list(study.methods), seed_offset, lenders)
+    folder = run_folder(out, method, seed_offset)
+    ensure_run(method_config(study_config(study, docs), method, seed_offset), folder, console, siblings)
+    return folder
+
+
+def run_study(study: Study, runs: Path, docs: Path, console: Console, mixed_commits: bool = False) -> Path:
+    """Run, resume or reuse each of the study's runs (seed-major), writing its summary after each; returns
+    the summary's path. Runs held by a summary at another commit, or run at different commits, are refused
+    unless `mixed_commits` (the document then lists the commits)."""
+    cfg = study_config(study, docs)
+    refuse_stale(study, docs, mixed_commits)
+    held = held_runs(docs, study)
     data: dict[str, list[RunData]] = {m: [] for m in study.methods}
     path = summary_path(docs, study)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,13 +135,12 @@ def run_study(study: Study, runs: Path, docs: Path, console: Console, mixed_comm
             run = held.get((method, cfg.seed + i))
             console.print(f"[bold]study {study.name}[/bold]: run {i * len(study.methods) + j + 1} of {total}")
             if run is None:
-                siblings = lending_runs(out, list(study.methods), i, lenders)
-                ensure_run(method_config(cfg, method, i), run_folder(out, method, i), console, siblings)
-                run = load_run_data(run_folder(out, method, i), method)
+                run = load_run_data(make_run(study, runs, docs, method, i, console), method)
             else:
                 console.print(f"[bold]{method}[/bold] seed {run.seed}: held by the summary, not run again")
             data[method].append(run)
             atomic_write_json(path, summary_record(study, cfg, data, complete=False))
+    out = runs / study.runs_folder
     refuse_mixed_commits(study.name, [r for rs in data.values() for r in rs], out, mixed_commits)
     atomic_write_json(path, summary_record(study, cfg, data, complete=True))
     return path

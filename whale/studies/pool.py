@@ -1,0 +1,121 @@
+"""`whale results --jobs N`: the studies' runs N at a time, each in a process of its own with its share of
+the cores, so that a machine with more cores than one run uses finishes the edition sooner.
+
+Runs start in `whale results`' order (study by study, seed-major). A run is computed as without --jobs
+(`make_run`); only its torch thread count differs, and its start record says which. A study waiting for
+a pilot starts once the pilot's summary is complete. A study's summary is written by `run_study`, which
+then reuses every run, as soon as its last run has finished. A run that fails is reported with its log,
+and the others go on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from whale.core.config import ConfigError
+from whale.run.rundir import RunDir
+from whale.studies.budget_pilot import study_config, waiting_for
+from whale.studies.compare import run_folder
+from whale.studies.plan import Study
+from whale.studies.running import held_runs, make_run, refuse_stale, run_study
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    study: Study
+    method: str
+    seed_offset: int
+    folder: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.study.name} {self.method} seed {self.seed_offset}"
+
+
+def finished_run(folder: Path) -> bool:
+    run = RunDir(folder)
+    return run.is_run() and bool(run.read_state()["finished"])
+
+
+def runs_left(study: Study, runs: Path, docs: Path) -> list[QueuedRun]:
+    """The study's runs that neither a finished folder nor this edition's summaries hold, seed-major."""
+    first_seed = study_config(study, docs).seed
+    held = held_runs(docs, study)
+    out = runs / study.runs_folder
+    return [
+        QueuedRun(study, m, i, run_folder(out, m, i))
+        for i in range(study.seeds)
+        for m in study.methods
+        if (m, first_seed + i) not in held and not finished_run(run_folder(out, m, i))
+    ]
+
+
+def thread_share(jobs: int) -> int:
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
+def work_on(queued: QueuedRun, runs: Path, docs: Path, threads: int, log: Path) -> None:
+    """In a worker process: make the run with `threads` torch threads, its output in `log`."""
+    import torch
+
+    torch.set_num_threads(threads)
+    with log.open("a") as out:
+        make_run(queued.study, runs, docs, queued.method, queued.seed_offset, Console(file=out, width=120))
+
+
+def run_pool(
+    studies: list[Study], runs: Path, docs: Path, console: Console, jobs: int, mixed_commits: bool = False
+) -> list[Path]:
+    """Make every run of `studies`, `jobs` at a time, and write each study's summary; returns the
+    summaries' paths. Raises a ConfigError naming the failed runs, or the pilots a study still waits for."""
+    threads, logs = thread_share(jobs), runs / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    console.print(f"[bold]{jobs} runs at a time[/bold], {threads} torch thread(s) each; logs in {logs}")
+    busy: dict[Future[None], QueuedRun] = {}
+    failed: dict[Path, str] = {}
+    summaries: dict[Study, Path] = {}
+    checked: set[Study] = set()
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=spawn, max_tasks_per_child=1) as pool:
+        while True:
+            queue: list[QueuedRun] = []
+            taken = {q.folder for q in busy.values()} | set(failed)
+            for study in studies:
+                if study in summaries or waiting_for(study, docs):
+                    continue
+                if study not in checked:
+                    refuse_stale(study, docs, mixed_commits)
+                    checked.add(study)
+                left = runs_left(study, runs, docs)
+                if not left:
+                    summaries[study] = run_study(study, runs, docs, Console(quiet=True), mixed_commits)
+                    console.print(f"summary of {study.name} written to {summaries[study]}")
+                queue += [q for q in left if q.folder not in taken]
+                taken |= {q.folder for q in left}
+            for queued in queue[: jobs - len(busy)]:
+                log = logs / f"{queued.study.name}-{queued.method}-seed{queued.seed_offset}.log"
+                console.print(f"start {queued.name} -> {queued.folder} (log {log})")
+                busy[pool.submit(work_on, queued, runs, docs, threads, log)] = queued
+            if not busy:
+                break
+            done, _ = wait(busy, return_when=FIRST_COMPLETED)
+            for future in done:
+                queued = busy.pop(future)
+                if isinstance(future.exception(), BrokenProcessPool):
+                    raise ConfigError(f"a worker died during {queued.name} (out of memory?); runs resume")
+                if future.exception() is not None:
+                    failed[queued.folder] = f"{queued.name}: {future.exception()}"
+                console.print(f"{'FAILED' if queued.folder in failed else 'finished'} {queued.name}")
+    if failed:
+        raise ConfigError(f"{len(failed)} run(s) failed ({'; '.join(failed.values())}); logs in {logs}")
+    for study in studies:
+        if study not in summaries:
+            study_config(study, docs)  # raises: the pilots it waits for
+    return [summaries[s] for s in studies]
