@@ -1,5 +1,6 @@
 """`whale results --jobs N`: runs made in worker processes, each once even when two studies share it, the
-summaries written as without --jobs, and a failed run reported without stopping the others."""
+summaries written as without --jobs (and, before a study is complete, after each of its finished runs),
+and a failed run reported without stopping the others."""
 
 from __future__ import annotations
 
@@ -32,13 +33,13 @@ def test_runs_left_skips_finished_folders_and_held_runs_and_goes_seed_major(tmp_
 
 
 @pytest.mark.slow
-def test_two_at_a_time_makes_each_run_once_and_reports_a_failed_one(tmp_path):
+def test_two_at_a_time_makes_each_run_once_keeps_what_finished_and_reports_a_failed_one(tmp_path):
     runs, docs = tmp_path / "runs", tmp_path / "docs"
     budget = ("schedule.budget_rollouts=16", "eval.every_rollouts=16")
     short = dict(TINY, overrides=(*TINY["overrides"], *budget))
     wide = Study("wide", "W", methods=("weight-only",), seeds=2, folder="w", **short)
     narrow = Study("narrow", "N", methods=("weight-only",), seeds=1, folder="w", **short)
-    broken = Study("broken", "B", methods=("weight-only",), seeds=1, folder="b", **short)
+    broken = Study("broken", "B", methods=("weight-only",), seeds=2, folder="b", **short)
     foreign = run_folder(runs / "b", "weight-only", 0)  # holds another config: ensure_run refuses it
     foreign.mkdir(parents=True)
     (foreign / "config.yaml").write_text("seed: 99\n")
@@ -48,9 +49,12 @@ def test_two_at_a_time_makes_each_run_once_and_reports_a_failed_one(tmp_path):
     with pytest.raises(ConfigError, match=failure):
         run_pool([broken, wide, narrow], runs, docs, console, jobs=2)
     text = console.export_text()
-    assert text.count("start ") == 3 and "start narrow" not in text  # narrow's run is wide's seed 0
+    assert text.count("start ") == 4 and "start narrow" not in text  # narrow's run is wide's seed 0
     for study in (wide, narrow):
         assert read_json(summary_path(docs, study))["complete"]
-    assert not summary_path(docs, broken).exists()
+    so_far = read_json(summary_path(docs, broken))  # its seed 1 finished: a lost machine keeps it
+    assert not so_far["complete"] and len(so_far["runs"]) == 1
+    on_a_new_machine = [(q.method, q.seed_offset) for q in runs_left(broken, tmp_path / "new", docs)]
+    assert on_a_new_machine == [("weight-only", 0)]
     log = (runs / "logs" / "wide-weight-only-seed1.log").read_text()
     assert f"{thread_share(2)} torch threads" in log and "running into" in log

@@ -3,8 +3,9 @@ the cores, so that a machine with more cores than one run uses finishes the edit
 
 Runs start in `whale results`' order (study by study, seed-major). A run is computed as without --jobs
 (`make_run`); only its torch thread count differs, and its start record says which. A study waiting for
-a pilot starts once the pilot's summary is complete. A study's summary is written by `run_study`, which
-then reuses every run, as soon as its last run has finished. A run that fails is reported with its log,
+a pilot starts once the pilot's summary is complete. After every finished run, its study's summary is
+rewritten, not yet complete, so that a lost machine (and its run folders) loses only the runs in flight;
+once its last run has finished, `run_study` writes it complete. A run that fails is reported with its log,
 and the others go on.
 """
 
@@ -20,11 +21,12 @@ from pathlib import Path
 from rich.console import Console
 
 from whale.core.config import ConfigError
+from whale.core.files import atomic_write_json
 from whale.run.rundir import RunDir
 from whale.studies.budget_pilot import study_config, waiting_for
-from whale.studies.compare import run_folder
-from whale.studies.plan import Study
-from whale.studies.running import held_runs, make_run, refuse_stale, run_study
+from whale.studies.compare import RunData, load_run_data, run_folder
+from whale.studies.plan import Study, summary_path
+from whale.studies.running import held_runs, make_run, refuse_stale, run_study, summary_record
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,29 @@ def runs_left(study: Study, runs: Path, docs: Path) -> list[QueuedRun]:
         for m in study.methods
         if (m, first_seed + i) not in held and not finished_run(run_folder(out, m, i))
     ]
+
+
+def write_progress(study: Study, runs: Path, docs: Path) -> None:
+    """The study's summary so far: this edition's held runs and its finished folders, not complete."""
+    if waiting_for(study, docs):
+        return
+    cfg, held, out = study_config(study, docs), held_runs(docs, study), runs / study.runs_folder
+    data: dict[str, list[RunData]] = {m: [] for m in study.methods}
+    for i in range(study.seeds):
+        for method in study.methods:
+            run = held.get((method, cfg.seed + i))
+            if run is None and finished_run(run_folder(out, method, i)):
+                run = load_run_data(run_folder(out, method, i), method)
+            if run is not None:
+                data[method].append(run)
+    summary_path(docs, study).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(summary_path(docs, study), summary_record(study, cfg, data, complete=False))
+
+
+def holds(study: Study, runs: Path, queued: QueuedRun) -> bool:
+    """Whether the queued run is one of the study's (a study sharing another's folder shares its runs)."""
+    folders = {run_folder(runs / study.runs_folder, m, i) for m in study.methods for i in range(study.seeds)}
+    return queued.folder in folders
 
 
 def thread_share(jobs: int) -> int:
@@ -112,6 +137,9 @@ def run_pool(
                     raise ConfigError(f"a worker died during {queued.name} (out of memory?); runs resume")
                 if future.exception() is not None:
                     failed[queued.folder] = f"{queued.name}: {future.exception()}"
+                else:
+                    for study in (s for s in studies if s not in summaries and holds(s, runs, queued)):
+                        write_progress(study, runs, docs)
                 console.print(f"{'FAILED' if queued.folder in failed else 'finished'} {queued.name}")
     if failed:
         raise ConfigError(f"{len(failed)} run(s) failed ({'; '.join(failed.values())}); logs in {logs}")
