@@ -28,9 +28,12 @@ def test_a_harness_only_run_that_races_its_challengers_records_what_each_decisio
     Experiment(cfg, tmp_path / "run", Console(file=io.StringIO())).run()
     state = read_json(tmp_path / "run" / "state.json")
     assert state["code_versions"] == [code_version()]  # the commit every number of this run came from
+    assert state["machines"] == [provenance.machine()]  # and the CPU its wall times came from
     monkeypatch.setattr(provenance, "code_version", lambda: "abc1234")
+    monkeypatch.setattr(provenance, "machine", lambda: "Other CPU, 64 cores, avx2")
     resumed = Experiment(cfg, tmp_path / "run", Console(file=io.StringIO()), resume=True)
     assert resumed.state.code_versions == [code_version(), "abc1234"]  # written at its next commit
+    assert resumed.state.machines == [state["machines"][0], "Other CPU, 64 cores, avx2"]
     iterations = [
         e for e in read_jsonl(tmp_path / "run" / "events.jsonl") if e["event"] == "search_iteration"
     ]

@@ -12,7 +12,7 @@ from rich.console import Console
 from tests.studies.test_running import TINY, held, write_summary
 from whale.core.config import ConfigError
 from whale.core.files import atomic_write_json, read_json
-from whale.core.provenance import code_version
+from whale.core.provenance import code_version, machine
 from whale.studies.compare import run_folder
 from whale.studies.plan import Study, summary_path
 from whale.studies.pool import run_pool, runs_left, thread_share
@@ -52,6 +52,7 @@ def test_two_at_a_time_makes_each_run_once_keeps_what_finished_and_reports_a_fai
     assert text.count("start ") == 4 and "start narrow" not in text  # narrow's run is wide's seed 0
     for study in (wide, narrow):
         assert read_json(summary_path(docs, study))["complete"]
+    assert [r["machines"] for r in read_json(summary_path(docs, wide))["runs"]] == [[machine()]] * 2
     so_far = read_json(summary_path(docs, broken))  # its seed 1 finished: a lost machine keeps it
     assert not so_far["complete"] and len(so_far["runs"]) == 1
     on_a_new_machine = [(q.method, q.seed_offset) for q in runs_left(broken, tmp_path / "new", docs)]

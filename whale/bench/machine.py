@@ -18,21 +18,13 @@ from whale.bench.settings import (
     FLOPS_FORMULA,
     BenchSettings,
 )
+from whale.core.provenance import SIMD_FLAGS, cpu_model_and_flags
 
 
 def machine_facts(model: Any) -> dict[str, Any]:
     import torch
 
-    cpu, flags = "unknown", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and cpu == "unknown":
-                cpu = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
+    cpu, flags = cpu_model_and_flags()
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -46,20 +38,7 @@ def machine_facts(model: Any) -> dict[str, Any]:
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
     return {
         "cpu_model": cpu,
-        "cpu_flags": sorted(
-            flags
-            & {
-                "avx2",
-                "avx512f",
-                "avx512_bf16",
-                "avx512_vnni",
-                "avx_vnni",
-                "amx_bf16",
-                "amx_int8",
-                "amx_tile",
-                "fma",
-            }
-        ),
+        "cpu_flags": sorted(flags & set(SIMD_FLAGS)),
         "cpu_count": os.cpu_count(),
         "usable_cores": usable,
         "torch_threads": torch.get_num_threads(),

@@ -21,7 +21,6 @@ from rich.console import Console
 
 from whale.core.config import Config, ConfigError
 from whale.core.progress import track
-from whale.core.provenance import with_version
 from whale.core.timing import restart as restart_timing
 from whale.domains.registry import build_domain
 from whale.harness.records import HarnessCandidate, Rollout
@@ -396,8 +395,8 @@ class Experiment:
             schedule=self.schedule.initial().to_json(),
             budget=Budget(self.cfg.schedule.budget_rollouts).to_json(),
             next_eval_at=self.cfg.eval.every_rollouts,
-            code_versions=with_version(None),
         )
+        self.state.stamp()
         compute = {"engine": self.engine_summary, "trainer": self.trainer.config.dtype}
         self.console.print(f"compute: engine {compute['engine']}; trainer {compute['trainer']}")
         self.dir.append(EVENTS, [events.Start(self.cfg.model_dump(), compute).to_json()])
@@ -416,7 +415,7 @@ class Experiment:
             self.trainer.load(self.dir.checkpoint(state.checkpoint))
         self.runner.sync_weights(state.weights_version, self.trainer)
         self.runner.engine_calls = state.engine_calls
-        state.code_versions = with_version(state.code_versions)
+        state.stamp()
         self.dir.append(EVENTS, [events.Resume(state.unit).to_json()])
         return state
 

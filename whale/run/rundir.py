@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from whale.core import provenance
 from whale.core.config import Config, ConfigError, config_from_dict
 from whale.core.files import (
     append_jsonl,
@@ -69,7 +70,13 @@ class RunState:
     candidates: list[str] | None = None
     finished: bool = False
     code_versions: list[str] | None = None  # the commits it ran at, in order (a resume may add one)
+    machines: list[str] | None = None  # the CPUs it ran on, in order (provenance.machine)
     measured: dict[str, Any] | None = None  # val gains per rollout, per side (schedule.measured_gains)
+
+    def stamp(self) -> None:
+        """Record this process's commit and CPU where they differ from the last recorded."""
+        self.code_versions = provenance.with_version(self.code_versions)
+        self.machines = provenance.appended(self.machines, provenance.machine())
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,7 @@ class RunData:
     budget: dict[str, Any]
     events: list[dict[str, Any]]  # weight steps, search iterations, re-evaluations, phase switches
     commits: list[str] = field(default_factory=list)  # the code versions it ran at; [] before they were kept
+    machines: list[str] = field(default_factory=list)  # the CPUs it ran on; [] before they were kept
 
 
 def per_task_rewards(folder: Path, point: int, split: str) -> dict[str, float]:
@@ -183,7 +184,8 @@ def load_run_data(folder: Path, method: str) -> RunData:
         if e["event"] in SUMMARY_FIELDS
     ]
     seed, state = int(run.read_config()["seed"]), run.read_state()
-    return RunData(method, seed, points, state["budget"], events, list(state.get("code_versions") or []))
+    commits, machines = list(state.get("code_versions") or []), list(state.get("machines") or [])
+    return RunData(method, seed, points, state["budget"], events, commits, machines)
 
 
 def pooled(per_seed: list[dict[str, float]]) -> dict[str, float]:
