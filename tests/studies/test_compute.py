@@ -1,5 +1,6 @@
 """The compute plan: runs counted once across the studies that share them, done runs with their recorded
-hours, estimates from recorded seconds per budget rollout, and the basis named."""
+hours, estimates from recorded runs scaled to the study's budget and evaluation points, and the basis
+named."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import pytest
 from tests.studies.test_results import DOCS, fake_run
 from whale.core.files import atomic_write_json
 from whale.core.provenance import code_version
-from whale.studies.compute import plan_rows, recorded_rates, run_estimate, schedule_of, section_plan
+from whale.studies.compute import (
+    RunCost,
+    evaluation_points,
+    plan_rows,
+    recorded_costs,
+    run_estimate,
+    schedule_of,
+    section_plan,
+)
 from whale.studies.plan import EDITION, STUDIES, Study, summary_path
 
 TINY = dict(preset="tiny", overrides=("domain.name=math",))
@@ -36,12 +45,31 @@ def test_controls_and_algorithms_cost_like_their_schedule():
     assert schedule_of("harness-random") == schedule_of("harness-resample") == "harness-only"
 
 
+def per_rollout(*rates: float) -> list[RunCost]:
+    return [RunCost(rate * 100, 100, 3) for rate in rates]
+
+
 def test_an_estimate_falls_back_from_schedule_to_domain_to_all_runs():
-    rates = {("math", "whale"): [1.0, 3.0], ("math", "weight-only"): [0.5], ("chess", "whale"): [4.0]}
-    assert run_estimate(rates, "math", "whale+dpo", 100) == (200.0, "math whale (2)")
-    assert run_estimate(rates, "math", "fast-slow", 100) == (pytest.approx(150.0), "math, any schedule (3)")
-    assert run_estimate(rates, "reasoning-gym", "whale", 10) == (pytest.approx(21.25), "all runs (4)")
-    assert run_estimate({}, "math", "whale", 10) == (0.0, "no runs recorded")
+    costs = {
+        ("math", "whale"): per_rollout(1.0, 3.0),
+        ("math", "weight-only"): per_rollout(0.5),
+        ("chess", "whale"): per_rollout(4.0),
+    }
+    assert run_estimate(costs, "math", "whale+dpo", 100, 3) == (200.0, "math whale (2)")
+    any_schedule = (pytest.approx(150.0), "math, any schedule (3)")
+    assert run_estimate(costs, "math", "fast-slow", 100, 3) == any_schedule
+    assert run_estimate(costs, "reasoning-gym", "whale", 10, 3) == (pytest.approx(21.25), "all runs (4)")
+    assert run_estimate({}, "math", "whale", 10, 3) == (0.0, "no runs recorded")
+
+
+def test_evaluations_scale_with_the_points_and_the_rest_with_the_budget():
+    assert [evaluation_points(b, 384) for b in (2304, 768, 100, 385)] == [7, 3, 2, 3]
+    pilot = RunCost(wall_s=1000.0, budget=2304, points=7, eval_s=700.0)  # 300 s of training
+    assert pilot.scaled(768, 7) == pytest.approx(700.0 + 100.0)  # a third of the budget, as many points
+    assert pilot.scaled(2304, 14) == pytest.approx(1400.0 + 300.0)
+    assert RunCost(1000.0, 2304, 7).scaled(768, 7) == pytest.approx(1000.0 / 3)  # no parts: all by budget
+    costs = {("math", "whale"): [pilot, RunCost(50.0, 100, 3)]}  # one without parts: left out beside one with
+    assert run_estimate(costs, "math", "whale", 768, 7) == (pytest.approx(800.0), "math whale (1)")
 
 
 def test_plan_counts_shared_runs_once_and_splits_done_from_estimated(tmp_path):
@@ -51,7 +79,8 @@ def test_plan_counts_shared_runs_once_and_splits_done_from_estimated(tmp_path):
     summary(tmp_path, old, [timed("whale", 0, 600.0)], budget=100, edition=None)  # first edition: a rate only
     budget = 60  # the tiny preset's
     summary(tmp_path, first, [timed("whale", 0, 300.0)], budget=budget, complete=False)
-    assert recorded_rates(tmp_path) == {("math", "whale"): [5.0, 6.0]}  # by file name
+    per_budget_rollout = [c.wall_s / c.budget for c in recorded_costs(tmp_path)[("math", "whale")]]
+    assert per_budget_rollout == [5.0, 6.0]  # by file name; fake runs recorded no parts
     a, b = plan_rows(tmp_path, (first, sharer))
     assert (a.runs, a.done, a.measured_s) == (4, 1, 300.0)
     assert a.estimate_s == pytest.approx(5.5 * budget * 3)  # weight-only has no rate: math's (any) stands in

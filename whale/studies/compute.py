@@ -1,9 +1,11 @@
 """The edition's compute, planned before it is spent: every study in the order `make results` runs it, its
 runs, how many are done, the hours those took, and an estimate for the rest.
 
-An estimate is the wall seconds per budget rollout that committed runs of the same domain and schedule
-recorded (any edition; 2 CPU cores), times the study's budget. Where no such run
-exists, the domain's runs stand in, then all runs; the table names the basis of each estimate.
+An estimate is the mean wall time of committed runs of the same domain and schedule (any edition; 2 CPU
+cores), each scaled to the study's run: its evaluations by the number of evaluation points, the rest by
+the budget (a run that did not record its parts, all by the budget). Evaluations cost the same at any
+budget, so a pilot that triples the budget does not triple the hours. Where no such run exists, the
+domain's runs stand in, then all runs; the table names the basis of each estimate.
 """
 
 from __future__ import annotations
@@ -38,10 +40,28 @@ def schedule_of(method: str) -> str:
     return "harness-only" if schedule in HARNESS_ONLY else schedule
 
 
-def recorded_rates(docs: Path) -> dict[tuple[str, str], list[float]]:
-    """(domain, schedule) -> wall seconds per budget rollout of each run the committed summaries hold (a run
-    kept by several summaries counted once)."""
-    rates: dict[tuple[str, str], list[float]] = defaultdict(list)
+@dataclass(frozen=True)
+class RunCost:
+    """What one recorded run took: its wall time, budget, evaluation points, and its evaluations' share
+    where it recorded its parts."""
+
+    wall_s: float
+    budget: int
+    points: int
+    eval_s: float | None = None
+
+    def scaled(self, budget: int, points: int) -> float:
+        """Its wall time at another budget and number of evaluation points."""
+        if self.eval_s is None:
+            return self.wall_s * budget / self.budget
+        rest = self.wall_s - self.eval_s
+        return self.eval_s * points / max(1, self.points) + rest * budget / self.budget
+
+
+def recorded_costs(docs: Path) -> dict[tuple[str, str], list[RunCost]]:
+    """(domain, schedule) -> the cost of each run the committed summaries hold (a run kept by several
+    summaries counted once)."""
+    costs: dict[tuple[str, str], list[RunCost]] = defaultdict(list)
     seen: set[tuple[str, str, int, float]] = set()
     for path in sorted((docs / "results").glob("*.json")):
         meta = read_json(path)
@@ -49,29 +69,36 @@ def recorded_rates(docs: Path) -> dict[tuple[str, str], list[float]]:
             run = (meta["domain"], r["method"], r["seed"], r["budget"]["wall_s"])
             if run not in seen:
                 seen.add(run)
-                rates[(meta["domain"], schedule_of(r["method"]))].append(
-                    r["budget"]["wall_s"] / meta["budget_rollouts"]
-                )
-    return rates
+                evals = r["budget"].get("parts_s", {}).get("evaluations", {}).get("wall")
+                cost = RunCost(r["budget"]["wall_s"], meta["budget_rollouts"], len(r["points"]), evals)
+                costs[(meta["domain"], schedule_of(r["method"]))].append(cost)
+    return costs
+
+
+def evaluation_points(budget: int, every: int) -> int:
+    """The start, every `every` budget rollouts, and the end when it falls between."""
+    return 1 + budget // every + (budget % every > 0)
 
 
 def run_estimate(
-    rates: dict[tuple[str, str], list[float]], domain: str, method: str, budget: int
+    costs: dict[tuple[str, str], list[RunCost]], domain: str, method: str, budget: int, points: int
 ) -> tuple[float, str]:
-    """Seconds one run should take, and what the estimate rests on."""
+    """Seconds one run should take, and what the estimate rests on: at the first level that has runs,
+    those that recorded their parts if any did, else all of them."""
     schedule = schedule_of(method)
     for label, found in (
-        (f"{domain} {schedule}", rates.get((domain, schedule), [])),
-        (f"{domain}, any schedule", [x for (d, _), xs in rates.items() if d == domain for x in xs]),
-        ("all runs", [x for xs in rates.values() for x in xs]),
+        (f"{domain} {schedule}", costs.get((domain, schedule), [])),
+        (f"{domain}, any schedule", [c for (d, _), cs in costs.items() if d == domain for c in cs]),
+        ("all runs", [c for cs in costs.values() for c in cs]),
     ):
-        if found:
-            return statistics.fmean(found) * budget, f"{label} ({len(found)})"
+        used = [c for c in found if c.eval_s is not None] or found
+        if used:
+            return statistics.fmean(c.scaled(budget, points) for c in used), f"{label} ({len(used)})"
     return 0.0, "no runs recorded"
 
 
 def plan_rows(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[PlanRow]:
-    rates = recorded_rates(docs)
+    costs = recorded_costs(docs)
     seen: set[tuple[str, str, int]] = set()
     rows = []
     for study in studies:
@@ -92,8 +119,9 @@ def plan_rows(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[PlanRow]
                     row.done += 1
                     row.measured_s += run.budget["wall_s"]
                 else:
+                    budget, every = cfg.schedule.budget_rollouts, cfg.eval.every_rollouts
                     seconds, basis = run_estimate(
-                        rates, cfg.domain.name, method, cfg.schedule.budget_rollouts
+                        costs, cfg.domain.name, method, budget, evaluation_points(budget, every)
                     )
                     row.estimate_s += seconds
                     bases.append(basis)
@@ -120,15 +148,18 @@ def section_plan(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[str]:
         "",
         "The studies in the order `make results` runs them, at one commit, each run once (a run that "
         "several studies share counts in the first). Done: runs this edition's summaries hold, with their "
-        "recorded hours. Left: estimated from the wall seconds per budget rollout of committed runs of the "
-        "same domain and schedule (any edition; 2 CPU cores), times the study's budget; the last column "
-        "names the runs behind each estimate. From the 1e-3 rate pilot on, this edition's runs ran two at a "
-        "time, one torch thread each (`--jobs 2`): each run took about 1.6x its time alone, and the pair "
-        "finished about 1.25x more rollouts per hour (measured on the math pilots), so hours here are "
-        "run-hours, more than the elapsed time. A study's learning rate is the one the math "
-        "rate pilots picked, and its budget is where its domain's pilot found weight-only flattened; until "
-        "those pilots are done, the preset's stand in. `whale results --plan` prints this table without "
-        "running anything.",
+        "recorded hours. Left: estimated from the wall time of committed runs of the same domain and "
+        "schedule (any edition; 2 CPU cores), their evaluations scaled by the study's evaluation points and "
+        "the rest by its budget (runs that recorded these parts are preferred; the others scale whole with "
+        "the budget); the last column names the runs behind each estimate. From the 1e-3 rate pilot on, "
+        "this edition's runs ran two at a time, one torch thread each (`--jobs 2`): on the Intel Xeon "
+        "(AVX-512, AMX) where the pilots began, each run took about 1.6x its time alone and the pair "
+        "finished about 1.25x more rollouts per hour, so hours here are run-hours, more than the elapsed "
+        "time. Not every run ran on one machine (the 1e-4 and 3e-4 rate pilots on that Xeon, later runs on "
+        "2-core AMD EPYCs, some with AVX2 only), so hours compare only roughly. A study's learning rate "
+        "is the one the math rate pilots picked, and its budget is where its domain's pilot found "
+        "weight-only flattened; until those pilots are done, the preset's stand in. `whale results --plan` "
+        "prints this table without running anything.",
         "",
         md_table(
             ["order", "study", "budget", "runs", "done", "hours done", "hours left (est.)", "estimated from"],
