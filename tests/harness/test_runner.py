@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -204,6 +205,24 @@ def test_a_tool_call_over_its_time_limit_fails_the_rollout_and_the_run_goes_on(f
         runner.close()
     assert held.error == "timeout: tool held ran over 0.5s" and held.tool_calls == []
     assert (good.error, good.reward) == (None, 1.0) and (again.error, again.reward) == (None, 1.0)
+
+
+def test_a_slow_worker_start_up_is_not_counted_as_the_harness_computing(make_runner, add_domain):
+    runner = make_runner(workers=1, step_timeout_s=0.5, rollout_timeout_s=8.0)
+    spawn = runner._spawn
+
+    def slow_spawn():  # a loaded machine: the fresh worker gets no CPU for 1.5 s before its hello
+        w = spawn()
+        os.kill(w.proc.pid, signal.SIGSTOP)
+        threading.Timer(1.5, os.kill, (w.proc.pid, signal.SIGCONT)).start()
+        return w
+
+    runner._spawn = slow_spawn
+    task = add_domain.tasks[2]
+    (good,) = runner.run([RolloutJob(task, harness(add_domain.seed_harness(), "good"), 0)])
+    assert (good.error, good.reward) == (None, 1.0)
+    (spin,) = runner.run([RolloutJob(task, harness(body("while True:", "    pass")), 0)])
+    assert spin.error == "timeout: harness computed 0.5s without a model or tool call"  # after it is up
 
 
 def test_wrong_answer_gets_zero_reward_without_error(make_runner, add_domain):

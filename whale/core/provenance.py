@@ -3,19 +3,25 @@ commit it came from, and the CPU with the flags that decide its kernels, so that
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 from functools import cache
 from pathlib import Path
 
-import whale
+
+def installed_version() -> str:
+    try:
+        return f"whale {importlib.metadata.version('whale')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "whale (not installed)"
 
 
 @cache
 def code_version() -> str:
     """`<commit>` of the checkout, `<commit>+dirty` with uncommitted changes to tracked files, or
     `whale <version>` when whale is not imported from a git checkout (an installed wheel)."""
-    root = Path(whale.__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # not `import whale`: the facade imports what imports this
     try:
         head = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--short=7", "HEAD"],
@@ -24,13 +30,13 @@ def code_version() -> str:
             timeout=10,
         )
         if head.returncode != 0:
-            return f"whale {whale.__version__}"
+            return installed_version()
         dirty = subprocess.run(
             ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", "whale"],
             capture_output=True, text=True, timeout=10,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
-        return f"whale {whale.__version__}"
+        return installed_version()
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 

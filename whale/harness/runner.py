@@ -306,7 +306,7 @@ class RolloutRunner:
         self._protocol_error(w, f"unexpected message {str(op)[:40]!r}")
 
     def _note_sandbox(self, w: WorkerProcess, status: Any) -> None:
-        w.sandbox = status if isinstance(status, dict) else {}
+        w.sandbox, w.resumed = (status if isinstance(status, dict) else {}), time.monotonic()  # step clock on
         self.sandbox = w.sandbox
         problems = sandbox_status_problems(status)
         self.sandbox_problems += [p for p in problems if p not in self.sandbox_problems]

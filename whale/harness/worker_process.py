@@ -95,12 +95,18 @@ def spawn_worker(memory_mb: int, cpu_s: int) -> WorkerProcess:
     return WorkerProcess(proc)
 
 
+def harness_computing(w: WorkerProcess) -> bool:
+    """Whether the step clock runs: the worker is up (its hello came; a fresh one's start-up is not the
+    harness's compute) and waits on no model reply. The rollout clock bounds the rest."""
+    return w.sandbox is not None and w.request is None
+
+
 def deadline(w: WorkerProcess, limits: RunnerLimits) -> float:
     """When this worker's current wait runs out (monotonic seconds)."""
     total = w.began + limits.rollout_timeout_s
     if w.tool is not None:
         return min(total, w.tool_began + limits.tool_timeout_s)
-    return total if w.request is not None else min(total, w.resumed + limits.step_timeout_s)
+    return min(total, w.resumed + limits.step_timeout_s) if harness_computing(w) else total
 
 
 def overdue(w: WorkerProcess, limits: RunnerLimits) -> str | None:
@@ -112,7 +118,7 @@ def overdue(w: WorkerProcess, limits: RunnerLimits) -> str | None:
         if now - w.tool_began > limits.tool_timeout_s:
             return f"timeout: tool {w.tool_name} ran over {limits.tool_timeout_s:g}s"
         return None
-    if w.request is None and now - w.resumed > limits.step_timeout_s:
+    if harness_computing(w) and now - w.resumed > limits.step_timeout_s:
         return f"timeout: harness computed {limits.step_timeout_s:g}s without a model or tool call"
     return None
 
