@@ -178,6 +178,36 @@ def test_the_cache_grows_with_the_live_rows_not_max_batch(sharp_tiny):
         assert results[handle].completion_ids == alone[i].completion_ids
 
 
+def kv_bytes(engine: FastEngine) -> int:
+    return sum(t.numel() * t.element_size() for t in engine._k + engine._v)
+
+
+def test_a_kv_cache_bound_admits_fewer_rows_and_changes_no_tokens(sharp_tiny):
+    """kv_cache_gib holds the live rows' cache to its size (here 5 rows of 256 positions, or 2 of 512 once
+    a long prompt is in) by admitting fewer rows at once; the tokens are the unbounded engine's. When the
+    engine is idle, a cache sized for long rows is given up for one that holds more short rows."""
+    pk = FastEngine(*sharp_tiny).packed
+    per_row = 2 * len(pk.layers) * pk.kv_heads * pk.head_dim * pk.dtype.itemsize * 256
+    budget = 5 * per_row
+    long = GenerationRequest([{"role": "user", "content": "Count: " + "one two " * 120}], SAMPLED, seed=9)
+    reqs = seeded() * 3 + [long] + seeded()
+    engine = FastEngine(*sharp_tiny, max_batch=64, kv_cache_gib=budget / 2**30)
+    handles = {engine.submit(r, seed=0): i for i, r in enumerate(reqs)}
+    results, live, sizes = {}, [], []
+    while len(results) < len(reqs):
+        results.update(engine.step())
+        live.append(len(engine._rows))
+        sizes.append(engine._k[0].shape[2])
+        assert kv_bytes(engine) <= budget, (len(engine._rows), engine._k[0].shape)
+    assert max(live) == 5 and max(sizes) == 512 and 2 in live  # the bound binds, then the long row's does
+    wide = FastEngine(*sharp_tiny, max_batch=64).generate(reqs, seed=0)
+    assert [results[h].completion_ids for h in handles] == [g.completion_ids for g in wide]
+    engine.generate([long], seed=0)
+    assert engine._k[0].shape[2] == 512
+    engine.generate(seeded(), seed=0)
+    assert engine._k[0].shape[2] == 256 and kv_bytes(engine) <= budget
+
+
 @pytest.mark.parametrize("family", ["qwen2", "qwen3", "mistral"])
 def test_other_llama_family_decoders_match_transformers(tokenizer, family: str):
     """Qwen2 (q/k/v biases), Qwen3 (per-head q/k norms, head_dim not hidden/heads) and Mistral: random tiny

@@ -73,11 +73,11 @@ class EngineConfig(Section):
     # vllm: vLLM on the CPU or GPUs; remote: an OpenAI-compatible server (docs/scaling.md); auto: vllm
     # where it is installed and the model has a folder, else fast (whale/model/backends.py)
     kind: Literal["auto", "hf", "fast", "vllm", "remote"] = "fast"
-    # fast engine: "auto" takes bfloat16 only where a probe finds it faster than float32 and numerically
-    # close (see docs/performance.md); the verdict is in the run's start event and console. Not the
-    # default: a timing probe can decide differently between a run and its resume.
+    # fast engine: "auto" takes bfloat16 only where a probe finds it faster than float32 and numerically close
+    # (docs/performance.md; verdict in the start event). Not the default: a resume's probe can differ.
     dtype: Literal["auto", "float32", "bfloat16"] = "float32"
     prefix_cache_tokens: int = Field(32768, ge=0)
+    kv_cache_gib: float | None = Field(None, gt=0)  # fast engine: bounds its live rows' KV cache (fewer rows)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     remote: RemoteConfig = Field(default_factory=RemoteConfig)
 

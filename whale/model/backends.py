@@ -55,6 +55,7 @@ def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) 
                 max_batch=max_batch,
                 dtype=dtype,
                 prefix_cache_tokens=cfg.prefix_cache_tokens,
+                kv_cache_gib=cfg.kv_cache_gib,
             )
         except UnsupportedModel as exc:
             raise ConfigError(f"engine.kind=fast: {exc}; use engine.kind=hf for this model") from None

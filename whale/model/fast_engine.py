@@ -69,6 +69,7 @@ class FastEngine:
         weights_version: str = "w0",
         prefix_cache_tokens: int = 32768,
         prefill_tokens: int = 8192,
+        kv_cache_gib: float | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -77,6 +78,7 @@ class FastEngine:
         self.weights_version = weights_version
         self.prefix_cache_tokens = prefix_cache_tokens
         self.prefill_tokens = prefill_tokens  # per admission step: bounds prefill memory and latency
+        self.kv_cache_gib = kv_cache_gib  # bounds the live rows' KV cache; None: max_batch rows, any length
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = eos_token_ids(model, tokenizer)
         core = base_model(model)
@@ -173,9 +175,17 @@ class FastEngine:
 
     def _admit(self) -> list[tuple[int, Generation]]:
         free = self.max_batch - len(self._rows)
+        if not self._rows and self._k and self.kv_cache_gib is not None:
+            need = max(self._reach(r) for r in self._pending[:free])
+            if self._kv_rows(self._k[0].shape[2]) < self._kv_rows(need):
+                self._k, self._v = [], []  # idle, and a cache sized for shorter rows holds more of them
+        longest = max([self._k[0].shape[2] if self._k else 0] + [self._reach(r) for r in self._rows])
         take, tokens = [], 0
         for row in self._pending:
             if len(take) == free or (take and tokens + len(row.prompt) > self.prefill_tokens):
+                break
+            longest = max(longest, self._reach(row))
+            if (self._rows or take) and len(self._rows) + len(take) + 1 > self._kv_rows(longest):
                 break
             take.append(row)
             tokens += len(row.prompt)
@@ -211,6 +221,19 @@ class FastEngine:
         self.prefill_computed += sum(len(r.prompt) - r.past for r in order)
         logits = self._forward(start, [r.prompt[r.past :] for r in order])
         return done + self._sample(start, order, logits)
+
+    def _reach(self, row: _Row) -> int:
+        """The cache positions a row may come to fill: its prompt and every token it may generate."""
+        return min(self.max_positions, len(row.prompt) + row.request.params.max_tokens)
+
+    def _kv_rows(self, length: int) -> int:
+        """How many rows a KV cache of `length` positions may hold within kv_cache_gib."""
+        if self.kv_cache_gib is None or self.packed is None:
+            return self.max_batch
+        pk = self.packed
+        per_position = 2 * len(pk.layers) * pk.kv_heads * pk.head_dim * pk.dtype.itemsize
+        size = -(-max(length, 1) // 256) * 256
+        return max(1, min(self.max_batch, int(self.kv_cache_gib * 2**30) // (per_position * size)))
 
     def _decode(self, n: int) -> list[tuple[int, Generation]]:
         rows = self._rows[:n]
@@ -301,6 +324,8 @@ class FastEngine:
         if length > have or rows > have_rows:
             size = max(have, -(-length // 256) * 256)
             batch = max(have_rows, min(self.max_batch, 1 << max(rows - 1, 7).bit_length()))
+            batch = max(rows, min(batch, self._kv_rows(size)))  # slots past the live rows hold nothing
+            keep = min(have_rows, batch)
             shape = (batch, pk.kv_heads, size, pk.head_dim)
             for cache in (self._k, self._v):
                 old = list(cache)
@@ -308,7 +333,8 @@ class FastEngine:
                 for i in range(len(pk.layers)):
                     fresh = torch.zeros(shape, dtype=pk.dtype)
                     if old:
-                        fresh[:have_rows, :, :have] = old[i]
+                        fresh[:keep, :, :have] = old[i][:keep]
+                        old[i] = torch.empty(0)  # freed now: the old and new caches never coexist whole
                     cache.append(fresh)
         if length > self._cos.shape[0]:
             size = -(-length // 1024) * 1024
