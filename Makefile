@@ -48,7 +48,7 @@ chromium:
 # engine among them) are built once.
 test: $(DEV_STAMP) chromium
 	$(VENV)/bin/ruff check whale tests
-	$(PY) -m pytest -n auto --dist loadgroup --no-loadscope-reorder
+	$(PY) -m pytest -n auto --dist loadfile
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check whale tests

@@ -23,11 +23,8 @@ from whale.model.sampling import chat_prompt_ids
 
 SHARP_PROBE = "What is 2 plus 3? Explain it in detail, step by step, with many words."
 
-# The tiny model's matrices are 64 wide: one thread is far faster than several contending ones. The suite
-# runs one xdist worker per core, so every `whale` process a test starts gets one OpenMP thread too: two
-# threads beside the other worker spin against it (a tiny run took 2.4x the CPU time with them).
+# The tiny model's matrices are 64 wide: one thread is far faster than several contending ones.
 torch.set_num_threads(1)
-os.environ["OMP_NUM_THREADS"] = "1"
 
 
 @pytest.fixture(scope="module")
@@ -216,38 +213,3 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("compare") / "cmp"
     shutil.copytree(built / "cmp", out)
     return out, (built / "stdout.txt").read_text()
-
-
-# ---- scheduling across xdist workers (`make test`: --dist loadgroup --no-loadscope-reorder) ---------------
-
-# Modules that took over a minute in a full run (--durations, 2026-12-06), slowest first. They are handed
-# out first, so that no worker is left alone with a long module at the end.
-SLOW_MODULES = (
-    "tests/model/test_vllm_cpu.py", "tests/test_faults.py", "tests/cli/test_cli.py",
-    "tests/cli/test_cli_domains.py", "tests/run/test_experiment.py", "tests/weights/test_rescue.py",
-    "tests/test_errors.py", "tests/studies/test_pool.py", "tests/weights/test_algorithms.py",
-    "tests/model/test_loading.py", "tests/domains/test_gym.py", "tests/run/test_cross_eval.py",
-    "tests/harness/test_hostile.py", "tests/model/test_distributed.py", "tests/rollout/test_ray_actors.py",
-)  # fmt: skip
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """One work unit per module, as --dist loadfile makes, except that the modules using the session's
-    `compared` fixture form one unit: one worker builds it and uses it, where two workers used to take
-    turns, the second waiting minutes on the first's lock. That unit goes first, then the slow modules."""
-    module = {id(item): item.nodeid.split("::")[0] for item in items}
-    sharing = {module[id(item)] for item in items if "compared" in getattr(item, "fixturenames", ())}
-
-    def unit(item: pytest.Item) -> str:
-        return "compared" if module[id(item)] in sharing else module[id(item)]
-
-    def rank(item: pytest.Item) -> int:
-        name = unit(item)
-        if name == "compared":
-            return 0
-        return 1 + SLOW_MODULES.index(name) if name in SLOW_MODULES else len(SLOW_MODULES) + 1
-
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(unit(item)))
-    items.sort(key=rank)

@@ -6,7 +6,6 @@ for reuse, eviction and staleness."""
 from __future__ import annotations
 
 import copy
-import os
 import platform
 import re
 import sys
@@ -114,22 +113,14 @@ def embedded_lora() -> tuple[Any, Any]:
 @pytest.fixture(scope="module")
 def vllm_engine(embedded_lora: tuple[Any, Any]) -> Iterator[Any]:
     """The one vLLM engine of these tests (start-up is tens of seconds), shut down after this
-    module: an idle vLLM CPU engine keeps its processes busy, which would slow every later test. Beside
-    other xdist workers it gets one core (whale binds vLLM's threads to the cores this process may use):
-    threads bound to every core spin against the other workers' tests."""
+    module: an idle vLLM CPU engine keeps its processes busy, which would slow every later test."""
     from whale.core.config import EngineConfig
     from whale.model.backends import build_engine
 
     model, tokenizer = embedded_lora
     settings = {"cpu_kvcache_gib": 1, "kv_cache_tokens": KV_CACHE_TOKENS, "max_model_len": 4096}
     cfg = EngineConfig(kind="vllm", vllm=settings)
-    cores = os.sched_getaffinity(0)
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-        os.sched_setaffinity(0, {max(cores)})
-    try:
-        engine = build_engine(cfg, model, tokenizer, 256)
-    finally:
-        os.sched_setaffinity(0, cores)
+    engine = build_engine(cfg, model, tokenizer, 256)
     yield engine
     engine.close()
 

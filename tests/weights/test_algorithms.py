@@ -40,7 +40,7 @@ def test_methods_may_name_a_weight_algorithm_and_a_rescue_mode():
 
 
 @pytest.fixture(scope="module")
-def algorithm_runs(tmp_path_factory) -> Path:
+def compared(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("algorithms") / "cmp"
     settings = [arg for item in SETTINGS for arg in ("--set", item)]
     proc = whale("compare", "--domain-file", str(PARITY), "--methods", METHODS, "--preset", "tiny",
@@ -50,11 +50,11 @@ def algorithm_runs(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_every_algorithm_completes_a_tiny_whale_run_and_logs_its_metrics(algorithm_runs):
-    table = read_json(algorithm_runs / "compare.json")
+def test_every_algorithm_completes_a_tiny_whale_run_and_logs_its_metrics(compared):
+    table = read_json(compared / "compare.json")
     assert [r["method"] for r in table["rows"]] == METHODS.split(",")
     for method, algorithm in (("whale", "rft"), ("whale+dpo", "dpo"), ("whale+grpo", "grpo")):
-        folder = algorithm_runs / method / "seed0"
+        folder = compared / method / "seed0"
         state = check_complete_run(folder)
         assert read_json(folder / "summary.json")
         events = read_jsonl(folder / "events.jsonl")
@@ -86,13 +86,13 @@ def test_every_algorithm_completes_a_tiny_whale_run_and_logs_its_metrics(algorit
         assert (folder / "checkpoints" / state["reference_checkpoint"] / "weights.safetensors").is_file()
         report = (folder / "report.html").read_text()
         assert f"{algorithm.upper()} weight steps" in report and "KL to phase start" in report
-    status = whale("status", str(algorithm_runs)).stdout
+    status = whale("status", str(compared)).stdout
     assert "whale+dpo on parity_domain" in status and "whale+grpo on parity_domain" in status
 
 
 @pytest.mark.slow
-def test_a_killed_grpo_run_resumes_to_the_same_end(algorithm_runs, tmp_path):
-    reference = algorithm_runs / "whale+grpo" / "seed0"
+def test_a_killed_grpo_run_resumes_to_the_same_end(compared, tmp_path):
+    reference = compared / "whale+grpo" / "seed0"
     out = tmp_path / "run"
     overrides = ("domain=parity_domain", f"domain.file={PARITY}", "weights.algorithm=grpo", *SETTINGS)
     with run_in_background(out, *overrides):
