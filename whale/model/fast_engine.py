@@ -232,7 +232,7 @@ class FastEngine:
             return self.max_batch
         pk = self.packed
         per_position = 2 * len(pk.layers) * pk.kv_heads * pk.head_dim * pk.dtype.itemsize
-        size = -(-max(length, 1) // 256) * 256
+        size = _cache_positions(max(length, 1))
         return max(1, min(self.max_batch, int(self.kv_cache_gib * 2**30) // (per_position * size)))
 
     def _decode(self, n: int) -> list[tuple[int, Generation]]:
@@ -322,7 +322,7 @@ class FastEngine:
         have_rows, have = (self._k[0].shape[0], self._k[0].shape[2]) if self._k else (0, 0)
         rows = len(self._rows)
         if length > have or rows > have_rows:
-            size = max(have, -(-length // 256) * 256)
+            size = max(have, _cache_positions(length))
             batch = max(have_rows, min(self.max_batch, 1 << max(rows - 1, 7).bit_length()))
             batch = max(rows, min(batch, self._kv_rows(size)))  # slots past the live rows hold nothing
             keep = min(have_rows, batch)
@@ -400,6 +400,11 @@ class FastEngine:
             return torch.empty(0)
         last = x[torch.arange(m), lengths - 1]
         return F.linear(_rms(last, pk.norm, pk.eps).to(pk.dtype), pk.lm_head).float()
+
+
+def _cache_positions(length: int) -> int:
+    """The KV cache's length for rows up to `length` positions: grown in steps of 256, not every token."""
+    return -(-length // 256) * 256
 
 
 def _derived_seed(seed: int, index: int) -> int:
