@@ -123,6 +123,7 @@ def vllm_engine(embedded_lora: tuple[Any, Any]) -> Iterator[Any]:
     engine = build_engine(cfg, model, tokenizer, 256)
     yield engine
     engine.close()
+    assert not engine.folders.root.exists(), "the weight syncs' temp folder outlived the engine"
 
 
 @pytest.fixture(scope="module")

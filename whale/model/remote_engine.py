@@ -171,6 +171,8 @@ class RemoteEngine:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.folders is not None:
+            self.folders.close()
 
 
 def weight_phase_problem(engine: RemoteEngine, lora: bool) -> str:

@@ -248,6 +248,7 @@ class VLLMEngine:
         """Stop vLLM's engine-core and worker processes (idle, they still took 12% of a core here)."""
         self.cancel()
         self.core.engine_core.shutdown()
+        self.folders.close()
 
     @property
     def busy(self) -> bool:

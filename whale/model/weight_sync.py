@@ -9,8 +9,12 @@ version; the previous one is deleted once the next is in place.
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 import tempfile
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +95,25 @@ def _tied_duplicates(state: dict[str, Any]) -> set[str]:
     return out
 
 
+TEMP_PREFIX = "whale-weights-"
+OWNER_FILE = "owner"  # "<host> <pid>" of the process whose temp folder this is
+
+
 class SyncFolders:
-    """Numbered folders for successive weight versions under `root` (a temp folder when None)."""
+    """Numbered folders for successive weight versions under `root`. Without a root, a temp folder of this
+    process (half a gigabyte for the embedded model), removed when the process ends or the folders are
+    dropped; one that a killed process left behind is removed by the next process that makes one."""
 
     def __init__(self, root: str | None):
-        self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="whale-weights-"))
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.close: Callable[[], Any] = lambda: None  # removes the temp folder; a given root is kept
+        if root:
+            self.root = Path(root)
+            self.root.mkdir(parents=True, exist_ok=True)
+        else:
+            remove_orphaned_temp_folders()
+            self.root = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+            (self.root / OWNER_FILE).write_text(f"{socket.gethostname()} {os.getpid()}")
+            self.close = weakref.finalize(self, remove_own_temp_folder, self.root, os.getpid())
         self.count = 0
         self.current: Path | None = None
 
@@ -112,3 +129,22 @@ class SyncFolders:
         if self.current is not None and self.current != folder:
             shutil.rmtree(self.current, ignore_errors=True)
         self.current = folder
+
+
+def remove_own_temp_folder(root: Path, owner: int) -> None:
+    """At exit or when dropped; a forked child that exits normally inherits this and must not run it."""
+    if os.getpid() == owner:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def remove_orphaned_temp_folders() -> None:
+    """Temp folders whose owner, a process on this host, is gone (kill -9 runs no finalizer)."""
+    for folder in Path(tempfile.gettempdir()).glob(TEMP_PREFIX + "*"):
+        try:
+            host, pid = (folder / OWNER_FILE).read_text().split()
+            if host == socket.gethostname():
+                os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (OSError, ValueError):  # not ours to judge: no owner file, another user's process, unreadable
+            continue
