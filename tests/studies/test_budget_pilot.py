@@ -93,8 +93,6 @@ def test_a_study_waits_for_its_pilots_and_then_runs_at_the_rate_and_budget_they_
     finish_rate_pilots(tmp_path)
     cfg = study_config(math, tmp_path)
     assert (cfg.weights.lr, cfg.schedule.budget_rollouts, cfg.eval.every_rollouts) == (3e-4, 1536, 384)
-    lr = study_config(named("math-lr-1e-4"), tmp_path)  # the sweep keeps its own rate at the math budget
-    assert (lr.weights.lr, lr.schedule.budget_rollouts) == (1e-4, 1536)
     pilot = study_config(named("searchqa-budget"), tmp_path)  # the other pilots run at the picked rate
     assert (pilot.weights.lr, pilot.schedule.budget_rollouts) == (3e-4, 2304)
     assert waiting_for(searchqa, tmp_path) == ["searchqa-budget"]

@@ -11,12 +11,11 @@ from whale.core.files import read_json
 from whale.studies.plan import GYM, GYM_FAMILIES, PILOTS, RATE_PILOTS, STUDIES
 
 
-def test_every_study_loads_its_config_and_runs_five_seeds_unless_a_pilot_or_the_lr_sweep():
+def test_every_study_loads_its_config_and_runs_five_seeds_unless_a_pilot():
     for s in STUDIES:
         cfg = load_config(s.preset, None, list(s.overrides))
         assert cfg.domain.sizes["search"] == 64, s.name  # 16 search tasks could not see a real harness gain
-        pilot_or_sweep = s in PILOTS or s.name.startswith("math-lr-")
-        assert s.seeds == (3 if pilot_or_sweep else 5), s.name
+        assert s.seeds == (3 if s in PILOTS else 5), s.name
     assert STUDIES[: len(PILOTS)] == PILOTS  # the budget is chosen before the runs that spend it
     assert PILOTS[: len(RATE_PILOTS)] == RATE_PILOTS  # the other pilots run at the rate these pick
     assert len({s.name for s in STUDIES}) == len(STUDIES)

@@ -88,7 +88,7 @@ def test_studies_sharing_a_run_folder_and_config_lend_each_other_their_runs(tmp_
     assert {"math", "math-algorithms", "math-phases-E2-I1", "math-gain"} <= names
     assert not names & {"math-phases-E6-I1", "math-minimal", "math-budget", "searchqa"}
     weight_only = {s.name for s in sharing(next(s for s in STUDIES if s.name == "math"), tmp_path, True)}
-    assert not {n for n in weight_only if n.startswith("math-lr-")}  # a rate's folder is its own
+    assert not {n for n in weight_only if n.startswith("math-budget-")}  # a rate pilot's folder is its own
 
 
 def test_a_summary_at_another_budget_than_its_pilot_now_gives_is_refused(tmp_path):

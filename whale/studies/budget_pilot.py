@@ -9,12 +9,15 @@ included.
 from __future__ import annotations
 
 import functools
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
 from whale.core.config import Config, ConfigError, load_config
-from whale.studies.compare import RunData, md_table, mean_curve
-from whale.studies.lr_sweep import pick_rate, selected_val
+from whale.run.summary import best_val_point
+from whale.studies.claims import pts
+from whale.studies.compare import RunData, md_table, mean_curve, paired_seeds, plot_curves
+from whale.studies.lr_sweep import collapse, pick_rate, selected_val
 from whale.studies.plan import (
     EDITION,
     LR_SWEEP,
@@ -181,6 +184,49 @@ def section_rate_pick(docs: Path) -> list[str]:
         f"math studies run at **{picked[1]} budget rollouts**.",
         "",
         md_table(["lr", "flattened at (budget)", "val at val-selected point", ""], rows),
+        "",
+    ]
+
+
+def section_lr_sweep(docs: Path) -> list[str]:
+    """The rate pilots as the learning-rate sweep: each rate's whole runs, beside the pick."""
+    out = ["## Learning-rate sweep (math, weight-only)", ""]
+    found = {lr: finished(docs, pilot) for lr, pilot in zip(LR_SWEEP, RATE_PILOTS, strict=True)}
+    picked = picked_rate(docs)
+    if picked is None:
+        return out + ["Not run yet: it is the rate pilots, which `make results` runs first.", ""]
+    swept = {lr: s.runs["weight-only"] for lr, s in found.items() if s is not None}
+    k, chosen = next(iter(found.values())).k, picked[0]
+    budgets = [x for x, _ in mean_curve(swept[chosen])]
+    rows = []
+    for lr, runs in swept.items():
+        curve = dict(mean_curve(runs))
+        versus = "the pick" if lr == chosen else pts(paired_seeds(runs, swept[chosen], "selected"))
+        rows.append(
+            [
+                lr,
+                str(len(runs)),
+                *(f"{curve[b]:.3f}" if b in curve else "" for b in budgets),
+                f"{selected_val(runs):.3f}",
+                f"{statistics.fmean(best_val_point(r.points)['test']['mean'] for r in runs):.3f}",
+                versus,
+                f"{statistics.fmean(collapse(r) for r in runs):.3f}",
+            ]
+        )
+    head = ["lr", "seeds", *(f"test @{int(b)}" for b in budgets), "val at val-selected point"]
+    head += [f"val-selected test mean@{k}", "vs the pick", "peak-to-last test drop"]
+    title = "Math, weight-only: test mean@k against rollouts at each learning rate"
+    plot = plot_curves(docs / "results" / "math-lr.png", {f"lr {lr}": r for lr, r in swept.items()}, k, title)
+    return out + [
+        "The rate pilots' runs, whole: LoRA (r 16) weight-only RFT on the math preset at each rate, to "
+        f"{int(budgets[-1])} budget rollouts. The pick, **{chosen}**, was made on validation as the section "
+        "above says (each rate read up to where its curve flattened); here every point counts, test columns "
+        "only report, and differences from the pick are paired by seed and task on the validation-selected "
+        "test score.",
+        "",
+        md_table(head, rows),
+        "",
+        f"![{title}](results/{plot.name})",
         "",
     ]
 

@@ -46,7 +46,9 @@ PHASE_ABLATION = {  # label -> (E weight steps, I search iterations); (2, 1) is 
 }
 
 
-LR_SWEEP = ("1e-4", "3e-4", "1e-3")  # weights.lr under weight-only on math; every other study takes the pick
+# weights.lr under weight-only on math: the rate pilots below are the sweep, and every other study takes the
+# pick. (A separate sweep at the math budget repeated them: the pilots run at least that long.)
+LR_SWEEP = ("1e-4", "3e-4", "1e-3")
 
 DOMAIN_TITLES = {"math": "Math", "searchqa": "Search QA", "chess": "Chess"}
 
@@ -200,17 +202,6 @@ STUDIES: tuple[Study, ...] = (
             folder="math" if (e, i) == (2, 1) else f"math-phases-{label}",
         )
         for label, (e, i) in PHASE_ABLATION.items()
-    ),
-    *(
-        Study(
-            f"math-lr-{lr}",
-            f"Math: weight-only at learning rate {lr}",
-            "results-math",
-            ("weight-only",),
-            seeds=3,
-            overrides=(f"weights.lr={lr}",),
-        )
-        for lr in LR_SWEEP
     ),
     *BEYOND,
     *ABLATIONS,

@@ -23,7 +23,7 @@ from whale.run.schedule import HARNESS, WEIGHTS
 from whale.run.summary import best_val_point
 from whale.studies.accepted_mechanisms import section_mechanisms
 from whale.studies.beyond import section_beyond
-from whale.studies.budget_pilot import flattening_line, section_pilot, section_rate_pick
+from whale.studies.budget_pilot import flattening_line, section_lr_sweep, section_pilot, section_rate_pick
 from whale.studies.claims import (
     attributed_rates,
     claim_a,
@@ -47,7 +47,6 @@ from whale.studies.compare import (
     table_cells,
 )
 from whale.studies.compute import section_plan
-from whale.studies.lr_sweep import section_lr_sweep
 from whale.studies.plan import (
     ABLATIONS,
     BEYOND,
