@@ -191,12 +191,13 @@ def section_rate_pick(docs: Path) -> list[str]:
 def section_lr_sweep(docs: Path) -> list[str]:
     """The rate pilots as the learning-rate sweep: each rate's whole runs, beside the pick."""
     out = ["## Learning-rate sweep (math, weight-only)", ""]
-    found = {lr: finished(docs, pilot) for lr, pilot in zip(LR_SWEEP, RATE_PILOTS, strict=True)}
     picked = picked_rate(docs)
     if picked is None:
         return out + ["Not run yet: it is the rate pilots, which `make results` runs first.", ""]
-    swept = {lr: s.runs["weight-only"] for lr, s in found.items() if s is not None}
-    k, chosen = next(iter(found.values())).k, picked[0]
+    pilots = {lr: finished(docs, pilot) for lr, pilot in zip(LR_SWEEP, RATE_PILOTS, strict=True)}  # all done
+    swept = {lr: s.runs["weight-only"] for lr, s in pilots.items()}
+    chosen = picked[0]
+    k = pilots[chosen].k
     budgets = [x for x, _ in mean_curve(swept[chosen])]
     rows = []
     for lr, runs in swept.items():
