@@ -121,9 +121,11 @@ def vllm_engine(embedded_lora: tuple[Any, Any]) -> Iterator[Any]:
     settings = {"cpu_kvcache_gib": 1, "kv_cache_tokens": KV_CACHE_TOKENS, "max_model_len": 4096}
     cfg = EngineConfig(kind="vllm", vllm=settings)
     engine = build_engine(cfg, model, tokenizer, 256)
+    assert any(p.is_socket() for p in engine.ipc.path.iterdir()), "vLLM's sockets are not in whale's folder"
     yield engine
     engine.close()
     assert not engine.folders.root.exists(), "the weight syncs' temp folder outlived the engine"
+    assert not engine.ipc.path.exists(), "vLLM's socket folder outlived the engine"
 
 
 @pytest.fixture(scope="module")

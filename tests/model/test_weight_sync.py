@@ -5,12 +5,7 @@ the temp folder they are written to goes with the process that made it."""
 from __future__ import annotations
 
 import gc
-import os
-import socket
-import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -106,63 +101,17 @@ def test_only_the_served_version_stays_on_disk(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["00002-w2"]
 
 
-MAKE_FOLDERS = (
-    "from whale.model.weight_sync import SyncFolders\nfolders = SyncFolders(None)\nprint(folders.root)\n"
-)
-KILL_SELF = "import os, sys\nprint(os.getpid())\nsys.stdout.flush()\nos.kill(os.getpid(), 9)\n"
-
-
-def in_process(script: str, tmp: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TMPDIR": str(tmp)}
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
-
-
-@pytest.fixture
-def temp_root(tmp_path, monkeypatch) -> Path:
+def test_a_temp_folder_is_removed_on_close_and_when_dropped_and_a_given_root_is_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return tmp_path
-
-
-def test_a_temp_folder_is_removed_on_close_and_when_dropped_and_a_given_root_is_kept(temp_root):
     folders = SyncFolders(None)
     _, folder = folders.next("w1")
     folder.mkdir()
-    assert folders.root.parent == temp_root
+    assert folders.root.parent == tmp_path
     folders.close()
     assert not folders.root.exists()
     dropped = SyncFolders(None).root
     gc.collect()
     assert not dropped.exists()
-    given = SyncFolders(str(temp_root / "mine"))
+    given = SyncFolders(str(tmp_path / "mine"))
     given.close()
     assert given.root.is_dir()
-
-
-def test_a_process_removes_its_temp_folder_at_exit_but_not_a_forked_child(temp_root):
-    script = MAKE_FOLDERS + (
-        "import os, sys\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n    sys.exit(0)\n"
-        "os.waitpid(pid, 0)\n"
-        "print(folders.root.is_dir())\n"
-    )
-    done = in_process(script, temp_root)
-    root, after_child = done.stdout.split()
-    assert done.returncode == 0, done.stderr
-    assert after_child == "True" and not Path(root).exists()
-
-
-def test_a_killed_process_leaves_its_folder_and_the_next_one_removes_it(temp_root):
-    killed = in_process(MAKE_FOLDERS + KILL_SELF, temp_root)
-    orphan, dead_pid = Path(killed.stdout.split()[0]), killed.stdout.split()[1]
-    assert killed.returncode == -9 and orphan.is_dir()
-    (temp_root / "whale-weights-foreign").mkdir()
-    (temp_root / "whale-weights-foreign" / "owner").write_text(f"another-host {dead_pid}")
-    (temp_root / "whale-weights-old").mkdir()  # no owner file: not whale's to judge
-    live = SyncFolders(None)
-    (temp_root / "whale-weights-live").mkdir()
-    (temp_root / "whale-weights-live" / "owner").write_text(f"{socket.gethostname()} {os.getpid()}")
-    SyncFolders(None)
-    assert not orphan.exists()
-    assert live.root.is_dir() and (temp_root / "whale-weights-live").is_dir()
-    assert (temp_root / "whale-weights-foreign").is_dir() and (temp_root / "whale-weights-old").is_dir()

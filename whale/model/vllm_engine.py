@@ -29,6 +29,7 @@ import os
 from typing import Any
 
 from whale.core.config import VLLMConfig
+from whale.core.temp_folders import OwnedTempFolder
 from whale.core.timing import timed
 from whale.model.engine import Generation, GenerationRequest, SamplingParams, request_seed
 from whale.model.sampling import chat_prompt_ids
@@ -38,6 +39,7 @@ MISSING = (
     "engine.kind=vllm: vLLM is not installed (`make install` adds the CPU build on Linux x86_64; "
     "pip install 'whale[gpu]' on a machine with a CUDA GPU)"
 )
+IPC_PREFIX = "whale-vllm-ipc-"
 FINAL_ONLY = 2  # vllm.sampling_params.RequestOutputKind.FINAL_ONLY: step() reports a request once, done
 CPU_BLOCK_SIZE = 32  # vLLM's CPU attention takes KV blocks in multiples of 32 tokens
 # vLLM allocates LoRA slots of these ranks; an adapter of rank r needs a slot of rank >= r.
@@ -207,6 +209,10 @@ class VLLMEngine:
         if self.cpu:
             os.environ.update(cpu_environment(cfg))
         self.settings = engine_kwargs(cfg, str(model_folder(model)), max_batch, self.rank, self.cpu)
+        # vLLM's processes talk over ZMQ sockets it makes in the temp dir and never removes: give it ours.
+        self.ipc = OwnedTempFolder(IPC_PREFIX)
+        self._rpc_base_before = os.environ.get("VLLM_RPC_BASE_PATH")
+        os.environ["VLLM_RPC_BASE_PATH"] = str(self.ipc.path)
         self.llm = vllm.LLM(**self.settings)
         self.core = self.llm.llm_engine
         self.folders = SyncFolders(cfg.sync_dir)
@@ -249,6 +255,11 @@ class VLLMEngine:
         self.cancel()
         self.core.engine_core.shutdown()
         self.folders.close()
+        self.ipc.close()
+        if self._rpc_base_before is None:
+            os.environ.pop("VLLM_RPC_BASE_PATH", None)
+        else:
+            os.environ["VLLM_RPC_BASE_PATH"] = self._rpc_base_before
 
     @property
     def busy(self) -> bool:

@@ -9,14 +9,12 @@ version; the previous one is deleted once the next is in place.
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import tempfile
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from whale.core.temp_folders import OwnedTempFolder
 
 FULL_WEIGHTS_FILE = "model.safetensors"
 
@@ -96,13 +94,11 @@ def _tied_duplicates(state: dict[str, Any]) -> set[str]:
 
 
 TEMP_PREFIX = "whale-weights-"
-OWNER_FILE = "owner"  # "<host> <pid>" of the process whose temp folder this is
 
 
 class SyncFolders:
     """Numbered folders for successive weight versions under `root`. Without a root, a temp folder of this
-    process (half a gigabyte for the embedded model), removed when the process ends or the folders are
-    dropped; one that a killed process left behind is removed by the next process that makes one."""
+    process (half a gigabyte for the embedded model; see whale.core.temp_folders for when it goes)."""
 
     def __init__(self, root: str | None):
         self.close: Callable[[], Any] = lambda: None  # removes the temp folder; a given root is kept
@@ -110,10 +106,8 @@ class SyncFolders:
             self.root = Path(root)
             self.root.mkdir(parents=True, exist_ok=True)
         else:
-            remove_orphaned_temp_folders()
-            self.root = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
-            (self.root / OWNER_FILE).write_text(f"{socket.gethostname()} {os.getpid()}")
-            self.close = weakref.finalize(self, remove_own_temp_folder, self.root, os.getpid())
+            self._temp = OwnedTempFolder(TEMP_PREFIX)
+            self.root, self.close = self._temp.path, self._temp.close
         self.count = 0
         self.current: Path | None = None
 
@@ -129,22 +123,3 @@ class SyncFolders:
         if self.current is not None and self.current != folder:
             shutil.rmtree(self.current, ignore_errors=True)
         self.current = folder
-
-
-def remove_own_temp_folder(root: Path, owner: int) -> None:
-    """At exit or when dropped; a forked child that exits normally inherits this and must not run it."""
-    if os.getpid() == owner:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def remove_orphaned_temp_folders() -> None:
-    """Temp folders whose owner, a process on this host, is gone (kill -9 runs no finalizer)."""
-    for folder in Path(tempfile.gettempdir()).glob(TEMP_PREFIX + "*"):
-        try:
-            host, pid = (folder / OWNER_FILE).read_text().split()
-            if host == socket.gethostname():
-                os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-        except (OSError, ValueError):  # not ours to judge: no owner file, another user's process, unreadable
-            continue
