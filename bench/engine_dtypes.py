@@ -21,7 +21,7 @@ import torch
 
 from whale.bench.machine import machine_facts
 from whale.bench.settings import FULL, SEED
-from whale.bench.workload_bench import run_engine, run_generate
+from whale.bench.workload_bench import run_concurrency, run_engine, run_generate
 from whale.core.config import DomainConfig, EngineConfig
 from whale.core.provenance import code_version
 from whale.domains.registry import build_domain
@@ -51,6 +51,7 @@ def main() -> None:
     sizes = {"train": 1, "search": FULL.workload_tasks, "val": 1, "test": 1}
     domain = build_domain(DomainConfig(name="math", seed=SEED, sizes=sizes))
     tasks = domain.splits()["search"]
+    workers, max_batch = run_concurrency()
     result = {"commit": code_version(), "machine": machine_facts(model), "runs": [], "generate": []}
 
     def save(record: dict) -> None:
@@ -63,10 +64,10 @@ def main() -> None:
         for kind in args.kinds.split(","):
             for dtype in DTYPES:
                 start = time.perf_counter()
-                engine = build_engine(engine_config(kind, dtype), model, tokenizer, 256)
+                engine = build_engine(engine_config(kind, dtype), model, tokenizer, max_batch)
                 startup = time.perf_counter() - start
                 try:
-                    run = run_engine(engine, domain, tasks, FULL)
+                    run = run_engine(engine, domain, tasks, FULL, workers)
                 finally:
                     if hasattr(engine, "close"):
                         engine.close()

@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from whale.bench.suite import run_bench, verdicts
+from whale.core.config import load_config
 
 SECTIONS = ("machine", "roofline", "engine", "trainer", "rollout", "workload", "verdicts")
 
@@ -115,6 +116,8 @@ def test_the_workload_runs_each_seed_harness_on_each_engine_and_generate_on_firs
     wl = bench[1]["workload"]
     assert wl["kinds"] == ["fast", "hf"]  # the tiny model has no folder for vLLM to load
     assert set(wl["domains"]) == {"math", "searchqa", "chess"}
+    default = load_config("default", None, [])  # the engines see as many rollouts at once as a run gives them
+    assert (wl["workers"], wl["max_batch"]) == (default.runner.workers, default.model.max_batch)
     for name, d in wl["domains"].items():
         assert [r["kind"] for r in d["runs"]] == wl["kinds"]
         assert d["prompts"] == d["tasks"] > 0, name
@@ -123,6 +126,7 @@ def test_the_workload_runs_each_seed_harness_on_each_engine_and_generate_on_firs
         assert g["prompt_tokens_computed"] >= d["prompts"] * wl["k"]
         for r in d["runs"]:
             assert r["rollouts"] == d["tasks"] * wl["k"] and r["failed"] == 0, (name, r["kind"])
+            assert r["workers"] == wl["workers"]
             assert r["model_calls"] >= r["rollouts"] and r["generated_tokens"] > 0
             assert close(r["tokens_per_s"], r["generated_tokens"] / r["wall_s"])
             assert close(r["vs_generate"], r["tokens_per_s"] / g["tokens_per_s"])

@@ -11,8 +11,9 @@ One run, one model, the same prompts and lengths on both sides of every comparis
   rollout   RolloutRunner with a multi-call harness on the math domain vs the time spent inside the engine
             during that run: overhead = (pipeline wall - engine time) / pipeline wall;
   workload  the rollout workload a run makes: tasks x k samples of each built-in domain's seed harness
-            through RolloutRunner, per engine kind (fast, hf, and vLLM where installed), against
-            transformers' generate with num_return_sequences=k on the same first-call prompts.
+            through RolloutRunner with the default preset's workers and engine batch, per engine kind (fast,
+            hf, and vLLM where installed), against transformers' generate with num_return_sequences=k on
+            the same first-call prompts.
 
 Every raw number, the ratios computed from them, and the machine's facts go to `<out>/bench.json`; rich
 tables go to the console. Ratios are plain quotients of the raw numbers stored beside them (the test
@@ -214,7 +215,10 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
     console.print(table)
 
     wl = result["workload"]
-    title = f"rollout workload: seed harnesses, tasks x {wl['k']}, {wl['max_tokens']} tokens at most"
+    title = (
+        f"rollout workload: seed harnesses, tasks x {wl['k']}, {wl['max_tokens']} tokens at most, "
+        f"{wl['workers']} rollouts at once"
+    )
     table = Table(title=title)
     for col in ("domain", "engine", "start-up s", "rollouts", "failed", "wall s", "tokens", "tok/s",
                 "prompt tok", "computed", "vs generate"):  # fmt: skip

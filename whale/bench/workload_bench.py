@@ -2,10 +2,10 @@
 through RolloutRunner, per engine kind, beside transformers' generate with num_return_sequences=k on the
 same first-call prompts.
 
-The engines see what a run gives them (per-call seeds, the k samples of a task submitted together, the
-domain's tools and sandbox); generate sees only each task's first model call, k times, which is the best
-case for it. Tokens/s counts generated tokens; the prompt tokens each side computed say what prefill cost
-and how much the prefix cache saved.
+The engines see what a run gives them: per-call seeds, the k samples of a task submitted together, the
+domain's tools and sandbox, and as many rollouts at once as `whale run --preset default` runs. generate
+sees only each task's first model call, k times, which is the best case for it. Tokens/s counts generated
+tokens; the prompt tokens each side computed say what prefill cost and how much the prefix cache saved.
 """
 
 from __future__ import annotations
@@ -31,7 +31,16 @@ def workload_kinds(model: Any) -> list[str]:
     return kinds
 
 
-def _runner(engine: Any, domain: Any, settings: BenchSettings) -> Any:
+def run_concurrency() -> tuple[int, int]:
+    """(sandbox workers, engine batch) of `whale run --preset default`: the workload runs as a run does.
+    With fewer workers than rollouts the engine never sees more than `workers` requests at once."""
+    from whale.core.config import load_config
+
+    cfg = load_config("default", None, [])
+    return cfg.runner.workers, cfg.model.max_batch
+
+
+def _runner(engine: Any, domain: Any, settings: BenchSettings, workers: int) -> Any:
     from whale.core.config import Config
     from whale.harness.calls import RunnerLimits
     from whale.harness.runner import RolloutRunner
@@ -39,7 +48,7 @@ def _runner(engine: Any, domain: Any, settings: BenchSettings) -> Any:
 
     s = Config().sampling
     sampling = SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens)
-    limits = RunnerLimits(workers=settings.rollout_workers, max_tokens_cap=settings.workload_max_tokens)
+    limits = RunnerLimits(workers=workers, max_tokens_cap=settings.workload_max_tokens)
     return RolloutRunner(engine, domain, sampling, limits, seed=SEED)
 
 
@@ -52,13 +61,16 @@ def _prompt_counters(engine: Any) -> tuple[int, int] | None:
     return None
 
 
-def run_engine(engine: Any, domain: Any, tasks: list[Any], settings: BenchSettings) -> dict[str, Any]:
-    """One engine on one domain's workload: warmed by one rollout per task, then tasks x k timed."""
+def run_engine(
+    engine: Any, domain: Any, tasks: list[Any], settings: BenchSettings, workers: int
+) -> dict[str, Any]:
+    """One engine on one domain's workload: warmed by one rollout per task, then tasks x k timed, with at
+    most `workers` rollouts at once."""
     from whale.harness.calls import RolloutJob
     from whale.harness.records import HarnessCandidate
 
     harness = HarnessCandidate("seed", domain.seed_harness())
-    runner = _runner(engine, domain, settings)
+    runner = _runner(engine, domain, settings, workers)
     try:
         runner.run([RolloutJob(t, harness, 0, salt="warm-up") for t in tasks])
         before_tokens, before_prompt = engine.tokens_generated, _prompt_counters(engine)
@@ -74,6 +86,7 @@ def run_engine(engine: Any, domain: Any, tasks: list[Any], settings: BenchSettin
     after_prompt = _prompt_counters(engine)
     return {
         "engine": type(engine).__name__,
+        "workers": workers,
         "rollouts": len(rollouts),
         "failed": sum(r.error is not None for r in rollouts),
         "mean_reward": sum(r.reward or 0.0 for r in rollouts) / len(rollouts),
@@ -136,18 +149,19 @@ def bench_workload(
     from whale.model.backends import build_engine, choose_kind
 
     kinds = workload_kinds(model)
+    workers, max_batch = run_concurrency()
     sizes = {"train": 1, "search": settings.workload_tasks, "val": 1, "test": 1}
     domains = {name: build_domain(DomainConfig(name=name, seed=SEED, sizes=sizes)) for name in DOMAINS}
     tasks = {name: d.splits()["search"][: settings.workload_tasks] for name, d in domains.items()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in DOMAINS}
     for kind in kinds:
         start = time.perf_counter()
-        engine = build_engine(EngineConfig(kind=kind), model, tokenizer, max_batch=256)
+        engine = build_engine(EngineConfig(kind=kind), model, tokenizer, max_batch=max_batch)
         startup = time.perf_counter() - start
         try:
             for name, domain in domains.items():
                 log(f"workload: {name}, {len(tasks[name])} tasks x {settings.workload_k}, engine {kind}")
-                run = run_engine(engine, domain, tasks[name], settings)
+                run = run_engine(engine, domain, tasks[name], settings, workers)
                 runs[name].append({"kind": kind, "startup_s": startup, **run})
         finally:
             if hasattr(engine, "close"):
@@ -166,6 +180,8 @@ def bench_workload(
     return {
         "k": settings.workload_k,
         "max_tokens": settings.workload_max_tokens,
+        "workers": workers,
+        "max_batch": max_batch,
         "kinds": kinds,
         "default_kind": choose_kind(Config().engine, model)[0],  # the engine a default config runs here
         "domains": result,
