@@ -1,6 +1,7 @@
 """Engines and dtypes on the rollout workload through whale's runner, beside transformers' generate.
 
     python bench/engine_dtypes.py --out docs/bench/DATE-engine-dtypes.json [--rounds 2] [--kinds fast,vllm]
+        [--dtypes float32,bfloat16]
 
 Each round runs, in turn, every engine kind in float32 and in bfloat16 (one engine built per pair, start-up
 timed, closed after) on the math seed harness, 32 tasks x 8 samples, then transformers' `generate` with
@@ -44,10 +45,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--kinds", default="fast,vllm")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="float32 alone where bf16 is slow (AVX2)")
     args = parser.parse_args()
+    dtypes = args.dtypes.split(",")
     model, tokenizer = load_model("embedded", SEED)
     model.eval()
-    as_bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    models = {"float32": model}
+    if "bfloat16" in dtypes:
+        models["bfloat16"] = copy.deepcopy(model).to(torch.bfloat16)
     sizes = {"train": 1, "search": FULL.workload_tasks, "val": 1, "test": 1}
     domain = build_domain(DomainConfig(name="math", seed=SEED, sizes=sizes))
     tasks = domain.splits()["search"]
@@ -62,7 +67,7 @@ def main() -> None:
     for round_ in range(args.rounds):
         prompts = None
         for kind in args.kinds.split(","):
-            for dtype in DTYPES:
+            for dtype in dtypes:
                 start = time.perf_counter()
                 engine = build_engine(engine_config(kind, dtype), model, tokenizer, max_batch)
                 startup = time.perf_counter() - start
@@ -76,7 +81,7 @@ def main() -> None:
                 run.update(kind=kind, dtype=dtype, round=round_, startup_s=startup)
                 result["runs"].append(run)
                 save(run)
-        for dtype, m in zip(DTYPES, (model, as_bf16), strict=True):
+        for dtype, m in models.items():
             baseline = run_generate(m, tokenizer, prompts, FULL)
             baseline.update(dtype=dtype, round=round_)
             result["generate"].append(baseline)
