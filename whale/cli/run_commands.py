@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -52,6 +53,7 @@ def run(
     )
     from whale.run.experiment import Experiment  # torch and transformers: after the config is known good
 
+    _warn_if_busy()
     summary = Experiment(cfg, out_dir, console, resume=resume is not None).run()
     print_summary(summary, out_dir)
     _write_report(out_dir)
@@ -447,3 +449,14 @@ def print_summary(summary: dict, out_dir: Path) -> None:
     else:
         console.print("harness: the seed was kept (no challenger passed the acceptance rule)")
     console.print(f"written to {out_dir}/ (summary.json, evals.jsonl, events.jsonl, search/, checkpoints/)")
+
+
+def _warn_if_busy() -> None:
+    import torch
+
+    from whale.run.preflight import busy_machine_warning
+
+    cores = len(os.sched_getaffinity(0))
+    warning = busy_machine_warning(torch.get_num_threads(), cores, os.getloadavg()[0])
+    if warning:
+        console.print(f"[yellow]{warning}[/yellow]")

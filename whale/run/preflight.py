@@ -111,3 +111,17 @@ def resolve_engine(cfg: Config, model: Any, tokenizer: Any) -> tuple[Config, str
     engine = cfg.engine.model_copy(update={"dtype": name})
     threads = f"{torch.get_num_threads()} torch threads"
     return cfg.model_copy(update={"engine": engine}), f"fast {name} ({why}, {threads}); {chosen_by}"
+
+
+def busy_machine_warning(threads: int, cores: int, load: float) -> str | None:
+    """torch's threads wait for each other at every parallel operation, so on cores that other work keeps
+    busy they cost far more than they bring (docs/performance.md: 2.4x the CPU seconds beside two runs on
+    2 cores). A warning with the fix when `load`, the 1-minute load average, leaves fewer idle cores."""
+    idle = cores - load
+    if threads <= 1 or threads <= idle + 0.5:
+        return None
+    fit = max(1, round(idle))
+    return (
+        f"warning: the machine is busy (load {load:.1f} on {cores} cores) and torch uses {threads} threads, "
+        f"which then wait on each other; OMP_NUM_THREADS={fit} matches the idle cores (docs/performance.md)"
+    )
