@@ -1,6 +1,6 @@
 """FastEngine beyond the shared engine contract (tests/model/test_hf_engine.py runs that on both engines):
-requests admitted mid-decode, prefix reuse, slot reuse, cancellation, weights seen after training, LoRA,
-log-probs, bf16, over-long prompts."""
+requests admitted mid-decode, prefix reuse, a prompt's k samples prefilled once, slot reuse, cancellation,
+weights seen after training, LoRA, log-probs, bf16, over-long prompts."""
 
 from __future__ import annotations
 
@@ -73,6 +73,23 @@ def test_shared_system_prompt_is_computed_once_and_changes_nothing(sharp_tiny):
     before = cached.prefill_reused
     cached.generate(reqs, seed=1)
     assert cached.prefill_reused - before >= len(reqs) * max(head, 1) // 2
+
+
+def test_a_prompt_sampled_k_times_is_computed_once_and_each_sample_stays_its_own(sharp_tiny):
+    """The runner submits a task's k samples together: one prefill, k copies of its KV and logits."""
+    reqs = [
+        GenerationRequest(r.messages, r.params, seed=100 + 10 * i + j)
+        for i, r in enumerate(seeded()[:3])
+        for j in range(4)
+    ]
+    single = FastEngine(*sharp_tiny, max_batch=1, prefix_cache_tokens=0)
+    alone = [single.generate([r], seed=0)[0] for r in reqs]
+    engine = FastEngine(*sharp_tiny, max_batch=16, prefix_cache_tokens=0)
+    together = engine.generate(reqs, seed=0)
+    assert [g.completion_ids for g in together] == [g.completion_ids for g in alone]
+    distinct = sum(len(g.prompt_ids) for g in together[::4])
+    assert (engine.prefill_computed, engine.prefill_reused) == (distinct, 3 * distinct)
+    assert len({tuple(g.completion_ids) for g in together[:4]}) > 1  # each twin samples with its own seed
 
 
 def test_cancelled_requests_never_come_back_and_the_rest_are_unchanged(sharp_tiny):

@@ -199,27 +199,42 @@ class FastEngine:
                 admitted.append(row)
         if not admitted:
             return done
-        # Heads not cached yet: compute each once, in the slot of the first row that has it.
-        firsts: dict[tuple[int, ...], _Row] = {}
+        # A prompt admitted more than once (a task's k samples) is computed once: its twins copy the
+        # original's KV and logits. Heads not cached yet: computed once, in the slot of the first row with it.
+        originals: dict[tuple[int, ...], _Row] = {}
+        twins: list[tuple[_Row, _Row]] = []  # (twin, its original)
         for row in admitted:
+            original = originals.setdefault(tuple(row.prompt), row)
+            if original is not row:
+                twins.append((row, original))
+        firsts: dict[tuple[int, ...], _Row] = {}
+        for row in originals.values():
             key = tuple(row.prompt[: row.head])
             if row.head and key not in self._prefixes and key not in firsts:
                 firsts[key] = row
-        order = list(firsts.values()) + [r for r in admitted if r not in firsts.values()]
+        heads = list(firsts.values())
+        uniques = heads + [r for r in originals.values() if r not in heads]
         start = len(self._rows)
-        self._rows.extend(order)
-        if firsts:
-            heads = list(firsts.values())
+        self._rows.extend(uniques + [twin for twin, _ in twins])
+        if heads:
             self._forward(start, [r.prompt[: r.head] for r in heads], need_logits=False)
             self.prefill_computed += sum(r.head for r in heads)
             for i, row in enumerate(heads):
                 row.past = row.head
                 self._remember_prefix(start + i, row)
-        for i, row in enumerate(order):
+        for i, row in enumerate(uniques):
             if row.past == 0 and row.head:
                 self._restore_prefix(start + i, row)
-        self.prefill_computed += sum(len(r.prompt) - r.past for r in order)
-        logits = self._forward(start, [r.prompt[r.past :] for r in order])
+        self.prefill_computed += sum(len(r.prompt) - r.past for r in uniques)
+        logits = self._forward(start, [r.prompt[r.past :] for r in uniques])
+        slot_of = {id(r): start + i for i, r in enumerate(uniques)}
+        for j, (twin, original) in enumerate(twins):
+            self._copy_slot(slot_of[id(original)], start + len(uniques) + j, len(twin.prompt))
+            twin.past = len(twin.prompt)
+            self.prefill_reused += len(twin.prompt)
+        if twins:
+            logits = torch.cat([logits, logits[[slot_of[id(o)] - start for _, o in twins]]])
+        order = uniques + [twin for twin, _ in twins]
         return done + self._sample(start, order, logits)
 
     def _reach(self, row: _Row) -> int:
@@ -281,12 +296,15 @@ class FastEngine:
         """Free a slot by moving the last live row into it (its cache rows too)."""
         last = len(self._rows) - 1
         if slot != last:
-            length = self._rows[last].past
-            for cache in (self._k, self._v):
-                for layer in cache:
-                    layer[slot, :, :length] = layer[last, :, :length]
+            self._copy_slot(last, slot, self._rows[last].past)
             self._rows[slot] = self._rows[last]
         self._rows.pop()
+
+    def _copy_slot(self, source: int, target: int, length: int) -> None:
+        """The first `length` cached positions of slot `source` into slot `target`, in every layer."""
+        for cache in (self._k, self._v):
+            for layer in cache:
+                layer[target, :, :length] = layer[source, :, :length]
 
     # ---- prefix cache --------------------------------------------------------------------------------
 
