@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from whale.cli import archive_commands, deploy_commands, run_commands  # noqa: F401 (they register on app)
+from whale.cli import archive_commands, deploy_commands, domain_commands, run_commands  # noqa: F401 (they register)
 from whale.cli.app import app
 
 # typer lists commands in registration order; running an experiment comes first, shipping its agent after
-app.registered_commands.sort(key=lambda command: command.callback.__module__ != run_commands.__name__)
+rank = {run_commands.__name__: 0, domain_commands.__name__: 1}
+app.registered_commands.sort(key=lambda command: rank.get(command.callback.__module__, 2))
 
 
 def main() -> None:

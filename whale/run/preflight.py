@@ -3,6 +3,7 @@ this config, a seed harness that breaks the contract, and the dtype the engines 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,11 @@ def busy_machine_warning(threads: int, cores: int, load: float) -> str | None:
         f"warning: the machine is busy (load {load:.1f} on {cores} cores) and torch uses {threads} threads, "
         f"which then wait on each other; OMP_NUM_THREADS={fit} matches the idle cores (docs/performance.md)"
     )
+
+
+def busy_machine_here() -> str | None:
+    """`busy_machine_warning` for this process's torch threads, usable cores and load average."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0))
+    return busy_machine_warning(torch.get_num_threads(), cores, os.getloadavg()[0])
