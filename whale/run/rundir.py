@@ -168,12 +168,13 @@ class RunDir:
     # ---- the lock -----------------------------------------------------------------------------------
 
     def running_pid(self) -> int | None:
-        """The pid of a live whale process working in this folder, if any (a stale pid file is ignored)."""
+        """The pid of a live process working in this folder, if any (a stale pid file is ignored)."""
         try:
-            pid = int(read_json(self.path / PID)["pid"])
-        except (FileNotFoundError, KeyError, ValueError, json.JSONDecodeError):
+            held = read_json(self.path / PID)
+            pid = int(held["pid"])
+        except (FileNotFoundError, KeyError, ValueError, TypeError, json.JSONDecodeError):
             return None
-        return pid if pid != os.getpid() and _alive(pid) else None
+        return pid if pid != os.getpid() and _alive(pid, held.get("process_start")) else None
 
     def claim(self) -> None:
         """Mark the folder as worked on by this process; refuse if another live process holds it."""
@@ -182,18 +183,34 @@ class RunDir:
             raise ConfigError(
                 f"{self.path} is in use by a running whale process (pid {other}); see `whale status`"
             )
-        atomic_write_json(self.path / PID, {"pid": os.getpid(), "started": time.time()})
+        holder = {"pid": os.getpid(), "started": time.time(), "process_start": _process_start(os.getpid())}
+        atomic_write_json(self.path / PID, holder)
 
     def release(self) -> None:
         (self.path / PID).unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, process_start: int | None) -> bool:
+    """Whether `pid` still runs and is the process that wrote the pid file, not a later one given its pid.
+    That is told by the process's start time where the file has it; a file from before that field falls
+    back to "whale" in the command line, which a script driving whale's API may lack."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    now = _process_start(pid)
+    if process_start is not None and now is not None:
+        return now == process_start
     cmdline = Path(f"/proc/{pid}/cmdline")
     return not cmdline.exists() or b"whale" in cmdline.read_bytes()
+
+
+def _process_start(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (Linux's /proc; None elsewhere)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name in parentheses may hold spaces
