@@ -53,3 +53,30 @@ def test_freed_blocks_are_reused_instead_of_faulted_in_again():
 def test_a_users_own_malloc_setting_is_left_alone():
     result = faults("keep", MALLOC_TRIM_THRESHOLD_="131072")
     assert result["kept"] is False
+
+
+RELEASE = """
+import ctypes, json, sys
+from whale.core.allocator import keep_freed_memory, release_freed_memory
+keep_freed_memory()
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+def resident():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+size = int(sys.argv[1])
+block = libc.malloc(size)
+ctypes.memset(block, 1, size)
+libc.free(ctypes.c_void_p(block))
+kept = resident()
+release_freed_memory()
+print(json.dumps({"kept": kept, "released": resident()}))
+"""
+
+
+def test_released_memory_leaves_the_process():
+    clean = {k: v for k, v in os.environ.items() if k not in USER_SETTINGS and k != "GLIBC_TUNABLES"}
+    out = subprocess.run(
+        [sys.executable, "-c", RELEASE, str(BLOCK)], env=clean, capture_output=True, text=True, check=True
+    )
+    sizes = json.loads(out.stdout)
+    assert sizes["kept"] - sizes["released"] > 0.9 * BLOCK  # the freed block was resident until released
