@@ -1,5 +1,6 @@
-"""glibc's default malloc against `keep_freed_memory`, on the math rollout workload, each side in fresh
-processes, alternated.
+"""glibc's default malloc against one that keeps freed memory (mmap threshold 1 GiB, trim threshold 2 GiB,
+set through glibc's environment variables), on the math rollout workload, each side in fresh processes,
+alternated. Not adopted by whale: a whole run came out worse (docs/performance.md).
 
     python bench/allocator_ab.py --out docs/bench/DATE-allocator.json [--rounds 3]
 
@@ -27,7 +28,6 @@ def child(mode: str) -> dict:
 
     from whale.bench.settings import FULL, SEED
     from whale.bench.workload_bench import run_concurrency
-    from whale.core.allocator import keep_freed_memory
     from whale.core.config import Config, DomainConfig
     from whale.domains.registry import build_domain
     from whale.harness.calls import RolloutJob, RunnerLimits
@@ -37,7 +37,7 @@ def child(mode: str) -> dict:
     from whale.model.fast_engine import FastEngine
     from whale.model.loading import load_model
 
-    kept = keep_freed_memory() if mode == "keep" else False
+    kept = "MALLOC_MMAP_THRESHOLD_" in os.environ
     torch.set_num_threads(1)
     model, tokenizer = load_model("embedded", SEED)
     model.eval()

@@ -13,14 +13,12 @@ app.registered_commands.sort(key=lambda command: rank.get(command.callback.__mod
 
 
 def main() -> None:
-    from whale.core.allocator import keep_freed_memory
     from whale.core.config import ConfigError
     from whale.core.openai_http import EndpointError
     from whale.harness.validate import HarnessInvalid
     from whale.model.loading import ModelLoadError
 
     sys.stdout.reconfigure(line_buffering=True)  # progress lines appear promptly when piped to a file
-    keep_freed_memory()
     try:
         app()
     except (ConfigError, ModelLoadError, HarnessInvalid, FileNotFoundError) as exc:

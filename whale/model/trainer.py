@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from whale.core.allocator import release_freed_memory
 from whale.core.files import atomic_write_bytes
 from whale.model.losses import SFT, Objective, dpo_loss, grpo_loss, kl_estimate, sft_loss
 
@@ -303,7 +302,6 @@ class Trainer:
                 on_step()
         self.steps += opt_steps
         self.model.eval()
-        release_freed_memory()  # activations and gradients: the engine runs next
         tokens = int(sums["tokens"])
         return {
             "loss": total_loss / max(total_count, 1),

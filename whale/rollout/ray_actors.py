@@ -74,7 +74,6 @@ class RolloutActor:
     def __init__(self, cfg_data: dict[str, Any], cwd: str, threads: int, trained: bool):
         import torch
 
-        from whale.core.allocator import keep_freed_memory
         from whale.domains.registry import build_domain
         from whale.model.backends import build_engine
         from whale.model.distributed import pad_id, trainer_config
@@ -84,7 +83,6 @@ class RolloutActor:
 
         if os.path.isdir(cwd):
             os.chdir(cwd)  # relative paths in the config (domain files, model folders) mean the driver's
-        keep_freed_memory()
         torch.set_num_threads(threads)
         cfg = config_from_dict(cfg_data)
         model, tokenizer = load_model(cfg.model.name, cfg.seed)

@@ -90,9 +90,6 @@ def work_on(queued: QueuedRun, runs: Path, docs: Path, threads: int, log: Path) 
     """In a worker process: make the run with `threads` torch threads, its output in `log`."""
     import torch
 
-    from whale.core.allocator import keep_freed_memory
-
-    keep_freed_memory()  # a spawned worker starts with glibc's defaults
     torch.set_num_threads(threads)
     with log.open("a") as out:
         make_run(queued.study, runs, docs, queued.method, queued.seed_offset, Console(file=out, width=120))
