@@ -95,11 +95,12 @@ def main() -> None:
         "cores": os.cpu_count(),
         "runs": [],
     }
+    kept = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str((1 << 31) - 1)}
     for round_ in range(args.rounds):
         for mode in ("default", "keep"):
             out = subprocess.run(
                 [sys.executable, __file__, "--child", mode],
-                env=env,
+                env=env | kept if mode == "keep" else env,
                 capture_output=True,
                 text=True,
                 check=True,
