@@ -132,5 +132,5 @@ def busy_machine_here() -> str | None:
     """`busy_machine_warning` for this process's torch threads, usable cores and load average."""
     import torch
 
-    cores = len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
     return busy_machine_warning(torch.get_num_threads(), cores, os.getloadavg()[0])
