@@ -72,6 +72,17 @@ def test_evaluations_scale_with_the_points_and_the_rest_with_the_budget():
     assert run_estimate(costs, "math", "whale", 768, 7) == (pytest.approx(800.0), "math whale (1)")
 
 
+def test_this_editions_runs_stand_in_before_older_ones_at_the_same_level():
+    old = RunCost(100.0, 100, 3, eval_s=50.0)  # an earlier edition's, parts recorded
+    ours = RunCost(300.0, 100, 3, edition=EDITION)  # this edition's defaults cost more
+    whale = [RunCost(900.0, 100, 3, edition=EDITION)]
+    costs = {("math", "harness-only"): [old, ours], ("math", "whale"): whale}
+    basis = "math harness-only (1 of this edition)"
+    assert run_estimate(costs, "math", "harness-random", 100, 3) == (300.0, basis)
+    costs = {("math", "harness-only"): [old], ("math", "whale"): whale}  # not this edition's other schedule
+    assert run_estimate(costs, "math", "harness-resample", 100, 3) == (100.0, "math harness-only (1)")
+
+
 def test_plan_counts_shared_runs_once_and_splits_done_from_estimated(tmp_path):
     first = Study("tiny-a", "a", methods=("whale", "weight-only"), seeds=2, **TINY)
     sharer = Study("tiny-b", "b", methods=("whale", "whale+dpo"), seeds=2, folder="tiny-a", **TINY)
@@ -83,9 +94,10 @@ def test_plan_counts_shared_runs_once_and_splits_done_from_estimated(tmp_path):
     assert per_budget_rollout == [5.0, 6.0]  # by file name; fake runs recorded no parts
     a, b = plan_rows(tmp_path, (first, sharer))
     assert (a.runs, a.done, a.measured_s) == (4, 1, 300.0)
-    assert a.estimate_s == pytest.approx(5.5 * budget * 3)  # weight-only has no rate: math's (any) stands in
+    # weight-only has no rate: math's (any schedule) stands in, this edition's run before the older one
+    assert a.estimate_s == pytest.approx(5.0 * budget * 3)
     assert (b.runs, b.done) == (2, 0)  # its whale runs are the first study's; only whale+dpo is its own
-    assert b.estimate_s == pytest.approx(5.5 * budget * 2) and b.basis == "math whale (2)"
+    assert b.estimate_s == pytest.approx(5.0 * budget * 2) and b.basis == "math whale (1 of this edition)"
     text = "\n".join(section_plan(tmp_path, (first, sharer)))
     assert "| 1 | tiny-a | 60 | 4 | 1 | 0.1 |" in text and "|  | all |  | 6 | 1 | 0.1 |" in text
 

@@ -1,9 +1,10 @@
 """The edition's compute, planned before it is spent: every study in the order `make results` runs it, its
 runs, how many are done, the hours those took, and an estimate for the rest.
 
-An estimate is the mean wall time of committed runs of the same domain and schedule (any edition; 2 CPU
-cores), each scaled to the study's run: its evaluations by the number of evaluation points, the rest by
-the budget (a run that did not record its parts, all by the budget). Evaluations cost the same at any
+An estimate is the mean wall time of committed runs of the same domain and schedule (2 CPU cores), this
+edition's where it has some (earlier editions ran other defaults, which cost less), each scaled to the
+study's run: its evaluations by the number of evaluation points, the rest by the budget (a run that did
+not record its parts, all by the budget). Evaluations cost the same at any
 budget, so a pilot that triples the budget does not triple the hours. Where no such run exists, the
 domain's runs stand in, then all runs; the table names the basis of each estimate.
 """
@@ -49,6 +50,7 @@ class RunCost:
     budget: int
     points: int
     eval_s: float | None = None
+    edition: int = 1
 
     def scaled(self, budget: int, points: int) -> float:
         """Its wall time at another budget and number of evaluation points."""
@@ -70,7 +72,8 @@ def recorded_costs(docs: Path) -> dict[tuple[str, str], list[RunCost]]:
             if run not in seen:
                 seen.add(run)
                 evals = r["budget"].get("parts_s", {}).get("evaluations", {}).get("wall")
-                cost = RunCost(r["budget"]["wall_s"], meta["budget_rollouts"], len(r["points"]), evals)
+                wall, edition = r["budget"]["wall_s"], meta.get("edition", 1)
+                cost = RunCost(wall, meta["budget_rollouts"], len(r["points"]), evals, edition)
                 costs[(meta["domain"], schedule_of(r["method"]))].append(cost)
     return costs
 
@@ -84,16 +87,18 @@ def run_estimate(
     costs: dict[tuple[str, str], list[RunCost]], domain: str, method: str, budget: int, points: int
 ) -> tuple[float, str]:
     """Seconds one run should take, and what the estimate rests on: at the first level that has runs,
-    those that recorded their parts if any did, else all of them."""
+    this edition's if it has any, else those that recorded their parts if any did, else all of them."""
     schedule = schedule_of(method)
     for label, found in (
         (f"{domain} {schedule}", costs.get((domain, schedule), [])),
         (f"{domain}, any schedule", [c for (d, _), cs in costs.items() if d == domain for c in cs]),
         ("all runs", [c for cs in costs.values() for c in cs]),
     ):
-        used = [c for c in found if c.eval_s is not None] or found
+        ours = [c for c in found if c.edition == EDITION]
+        used = ours or [c for c in found if c.eval_s is not None] or found
         if used:
-            return statistics.fmean(c.scaled(budget, points) for c in used), f"{label} ({len(used)})"
+            count = f"{len(used)} of this edition" if ours else str(len(used))
+            return statistics.fmean(c.scaled(budget, points) for c in used), f"{label} ({count})"
     return 0.0, "no runs recorded"
 
 
@@ -149,9 +154,10 @@ def section_plan(docs: Path, studies: tuple[Study, ...] = STUDIES) -> list[str]:
         "The studies in the order `make results` runs them, at one commit, each run once (a run that "
         "several studies share counts in the first). Done: runs this edition's summaries hold, with their "
         "recorded hours. Left: estimated from the wall time of committed runs of the same domain and "
-        "schedule (any edition; 2 CPU cores), their evaluations scaled by the study's evaluation points and "
-        "the rest by its budget (runs that recorded these parts are preferred; the others scale whole with "
-        "the budget); the last column names the runs behind each estimate. From the 1e-3 rate pilot on, "
+        "schedule (2 CPU cores), their evaluations scaled by the study's evaluation points and the rest by "
+        "its budget. This edition's runs are preferred where it has some, since earlier editions ran "
+        "cheaper defaults; among earlier ones, runs that recorded these parts (the others scale whole with "
+        "the budget). The last column names the runs behind each estimate. From the 1e-3 rate pilot on, "
         "this edition's runs ran two at a time, one torch thread each (`--jobs 2`): on the Intel Xeon "
         "(AVX-512, AMX) where the pilots began, each run took about 1.6x its time alone and the pair "
         "finished about 1.25x more rollouts per hour, so hours here are run-hours, more than the elapsed "
