@@ -10,7 +10,7 @@ import torch
 from whale.harness.records import ModelCall, Rollout
 from whale.model.engine import GenerationRequest, SamplingParams
 from whale.model.hf_engine import HFEngine
-from whale.model.trainer import Trainer, TrainerConfig, TrainExample, token_nll
+from whale.model.trainer import Trainer, TrainerConfig, TrainExample, micro_batches, token_nll
 from whale.weights.examples import call_examples
 
 
@@ -125,6 +125,33 @@ def test_masked_tokens_do_not_contribute_to_the_loss(make_tiny, tokenizer, examp
     assert npair == n + nlonger
     assert pair.item() == pytest.approx(base.item() + alone_longer.item(), rel=1e-4)
     assert n_prompt > 5
+
+
+def test_micro_batches_cap_units_and_padded_tokens_and_never_split_a_unit():
+    def unit(*lengths: int) -> list[TrainExample]:
+        return [TrainExample([0] * n, [1] * n) for n in lengths]
+
+    units = [unit(10), unit(10), unit(20), unit(30, 30), unit(200), unit(5)]
+    sizes = [[len(e.ids) for e in batch] for batch in micro_batches(units, max_units=16, max_tokens=60)]
+    # 3 x 20 = 60 fits; the pair would make 5 x 30; 200 is over the cap alone; 2 x 200 would be over it
+    assert sizes == [[10, 10, 20], [30, 30], [200], [5]]
+    assert [len(b) for b in micro_batches(units[:3], max_units=2, max_tokens=10**6)] == [2, 1]
+    assert [len(b) for b in micro_batches(units, 16, 10**6)] == [7]  # no token cap: one pass
+    assert micro_batches([], 4, 100) == []
+
+
+def test_how_a_minibatch_is_cut_into_passes_does_not_change_the_update(make_tiny, tokenizer, examples):
+    """Gradient accumulation is exact: one pass per example and one pass for all give the same weights."""
+    states = []
+    for tokens in (1, 10**6):  # every example alone; all four in one pass
+        cfg = TrainerConfig(lora=False, lr=1e-3, minibatch=4, micro_batch=4, micro_batch_tokens=tokens)
+        trainer = Trainer(make_tiny(), pad_id(tokenizer), cfg, seed=0)
+        stats = trainer.train(examples)
+        states.append((trainer.trainable_state(), stats["loss"]))
+    (one, loss_one), (all_, loss_all) = states
+    assert loss_one == pytest.approx(loss_all, rel=1e-5)
+    assert all(torch.allclose(one[k], all_[k], atol=1e-6) for k in one)
+    assert any(not torch.equal(one[k], make_tiny().state_dict()[k]) for k in one)  # it did train
 
 
 def test_all_masked_examples_take_no_step_and_leave_weights_alone(make_tiny, tokenizer, examples):

@@ -117,6 +117,7 @@ class WeightsConfig(Section):
     lr: float = Field(5e-4, gt=0.0)
     minibatch: int = Field(32, ge=1)
     micro_batch: int = Field(16, ge=1)
+    micro_batch_tokens: int = Field(512, ge=1)  # padded tokens per forward pass; a longer unit goes alone
     epochs: int = Field(1, ge=1)
     # forward/backward compute dtype; "auto" takes bfloat16 (autocast) only where it measures faster
     # (opt-in, as engine.dtype)

@@ -26,14 +26,15 @@ import torch
 
 from whale.core.config import Config, WeightsConfig
 from whale.model.losses import SFT, Objective
-from whale.model.trainer import Trainer, TrainerConfig, TrainExample, token_nll
+from whale.model.trainer import Trainer, TrainerConfig, TrainExample, micro_batches, token_nll
 
 
 def trainer_config(w: WeightsConfig, dtype: str = "float32") -> TrainerConfig:
     """The trainer's settings from the config; `dtype` already resolved (see resolve_train_dtype)."""
     return TrainerConfig(
         lora=w.lora, lora_r=w.lora_r, lora_alpha=w.lora_alpha, lr=w.lr,
-        minibatch=w.minibatch, micro_batch=w.micro_batch, epochs=w.epochs, dtype=dtype,
+        minibatch=w.minibatch, micro_batch=w.micro_batch, micro_batch_tokens=w.micro_batch_tokens,
+        epochs=w.epochs, dtype=dtype,
     )  # fmt: skip
 
 
@@ -131,8 +132,7 @@ class DistributedTrainer(Trainer):
         cfg = self.config
         total_loss, total_tokens, opt_steps = 0.0, 0, 0
         for units, n_tokens in self.minibatches(examples, loss):
-            minibatch = [e for unit in units for e in unit]
-            micro = [minibatch[m : m + cfg.micro_batch] for m in range(0, len(minibatch), cfg.micro_batch)]
+            micro = micro_batches(units, cfg.micro_batch, cfg.micro_batch_tokens)
             passes = -(-len(micro) // self.world_size)
             shares = [(micro[r :: self.world_size], n_tokens, passes) for r in range(self.world_size)]
             replies = self._ask("step", per_rank=shares)

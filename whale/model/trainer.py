@@ -52,6 +52,9 @@ class TrainerConfig:
     weight_decay: float = 0.0
     minibatch: int = 32  # examples (DPO: pairs) per optimizer step
     micro_batch: int = 16  # examples (DPO: pairs) per forward pass (gradient accumulation in a minibatch)
+    # and at most this many tokens per forward pass, padding included (a longer unit goes alone): a pass's
+    # activations grow with its tokens, and past about 500 on a CPU bigger passes are slower, not faster
+    micro_batch_tokens: int = 512
     epochs: int = 1
     max_grad_norm: float = 1.0
     # compute dtype of forward/backward: bfloat16 runs under torch.autocast (weights, optimizer state and
@@ -124,6 +127,25 @@ def training_units(examples: list[TrainExample]) -> list[list[TrainExample]]:
             pairs[e.pair] = [e]
             units.append(pairs[e.pair])
     return units
+
+
+def micro_batches(
+    units: list[list[TrainExample]], max_units: int, max_tokens: int
+) -> list[list[TrainExample]]:
+    """Consecutive units grouped into forward passes of at most `max_units` units and `max_tokens` padded
+    tokens (sequences x the longest), never splitting a unit; a unit over the token cap goes alone."""
+    out: list[list[TrainExample]] = []
+    batch: list[TrainExample] = []
+    units_in = 0
+    for unit in units:
+        grown = batch + unit
+        if batch and (units_in == max_units or len(grown) * max(len(e.ids) for e in grown) > max_tokens):
+            out.append(batch)
+            grown, units_in = list(unit), 0
+        batch, units_in = grown, units_in + 1
+    if batch:
+        out.append(batch)
+    return out
 
 
 def loss_count(objective: Objective, units: list[list[TrainExample]]) -> int:
@@ -248,11 +270,10 @@ class Trainer:
         was_training = self.model.training
         self.model.eval()
         out: list[torch.Tensor] = []
+        cfg = self.config
         with self.holding(self.reference):
-            for start in range(0, len(examples), self.config.micro_batch):
-                out += example_logprobs(
-                    self.model, examples[start : start + self.config.micro_batch], self.pad_id
-                )
+            for batch in micro_batches([[e] for e in examples], cfg.micro_batch, cfg.micro_batch_tokens):
+                out += example_logprobs(self.model, batch, self.pad_id)
         self.model.train(was_training)
         return out
 
@@ -282,8 +303,7 @@ class Trainer:
         sums: dict[str, float] = defaultdict(float)
         for minibatch, count in self.minibatches(examples, loss):
             self.optimizer.zero_grad(set_to_none=True)
-            for m in range(0, len(minibatch), cfg.micro_batch):
-                batch = [e for unit in minibatch[m : m + cfg.micro_batch] for e in unit]
+            for batch in micro_batches(minibatch, cfg.micro_batch, cfg.micro_batch_tokens):
                 with self._autocast():
                     value, stats = micro_batch_loss(
                         loss, batch, example_logprobs(self.model, batch, self.pad_id)
