@@ -119,8 +119,7 @@ class WeightsConfig(Section):
     micro_batch: int = Field(16, ge=1)
     micro_batch_tokens: int = Field(512, ge=1)  # padded tokens per forward pass; a longer unit goes alone
     epochs: int = Field(1, ge=1)
-    # forward/backward compute dtype; "auto" takes bfloat16 (autocast) only where it measures faster
-    # (opt-in, as engine.dtype)
+    # forward/backward compute dtype; "auto": bfloat16 (autocast) only where it measures faster (opt-in)
     dtype: Literal["auto", "float32", "bfloat16"] = "float32"
     # fsdp: train in `world_size` processes with the parameters sharded (FSDP2), for models that do not
     # fit one device; same results as one process (whale/model/distributed.py)
