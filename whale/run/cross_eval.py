@@ -19,7 +19,7 @@ from whale.core.stats import task_means
 from whale.harness.records import Rollout
 from whale.harness.task import Task
 from whale.model.trainer import checkpoint_weights
-from whale.run.evaluation import evaluate_split
+from whale.run.evaluation import evaluate_split, journals
 from whale.run.rundir import RunDir
 
 NEW_WEIGHTS = "val_new_weights_old_harness"  # (w1, h0): the eval file of the corner, per point
@@ -139,21 +139,23 @@ class CrossEvaluator:
         both = last["weights"] != record["weights"] and last["harness"] != record["harness"]
         if not (self.enabled and both):
             return {}
-        out = {NEW_WEIGHTS: self._score(last["harness"], "new weights, old harness")}
+        point = record["point"]
+        out = {NEW_WEIGHTS: self._score(last["harness"], "new weights, old harness", point)}
         old = self._old_weights(last)
         if old is not None:
             now = self.runner.weights_version
             try:
                 with self.trainer.holding(old):
                     self.runner.sync_weights(last["weights"], self.trainer)
-                    out[NEW_HARNESS] = self._score(record["harness"], "old weights, new harness")
+                    out[NEW_HARNESS] = self._score(record["harness"], "old weights, new harness", point)
             finally:
                 self.runner.sync_weights(now, self.trainer)
         return out
 
-    def _score(self, harness_id: str, label: str) -> list[Rollout]:
-        harness = self.archive.load(harness_id)
-        return evaluate_split(self.runner, harness, self.tasks, self.k, self.bars, f"val ({label})")
+    def _score(self, harness_id: str, label: str, point: int) -> list[Rollout]:
+        harness, label = self.archive.load(harness_id), f"val ({label})"
+        journal = journals(self.run, point, self.trainer.trainable_state())(label)  # the weights served now
+        return evaluate_split(self.runner, harness, self.tasks, self.k, self.bars, label, journal)
 
     def _old_weights(self, last: dict[str, Any]) -> dict[str, Any] | None:
         if self.held is not None and self.held[0] == last["weights"]:

@@ -4,11 +4,15 @@ harness, or a sibling run's identical start)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from whale.core.config import Config
+from whale.core.files import append_jsonl, atomic_write_text, read_jsonl
 from whale.core.progress import Bars
 from whale.core.stats import SplitScore, score_split
 from whale.core.timing import unit
@@ -31,24 +35,91 @@ def score_rollouts(rollouts: list[Rollout], tasks: list[Task]) -> SplitScore:
     return score_split(rewards, answers)
 
 
+def weights_digest(state: dict[str, Any]) -> str:
+    """A digest of the trainable tensors: which weights an evaluation's rollouts were drawn under."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        digest.update(name.encode())
+        digest.update(state[name].detach().cpu().contiguous().view(torch.uint8).numpy())
+    return digest.hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Journal:
+    """An evaluation's finished rollouts, appended as they come, so that a run killed in the middle of a
+    long evaluation keeps them. The first line keys what was evaluated (weights digest, harness source, k):
+    after a crash the unit before the point is redone, and its weights need not come out bit for bit the
+    same, so rollouts under any other key are dropped."""
+
+    path: Path
+    weights: str  # weights_digest of the weights being evaluated
+
+    def open(self, harness: HarnessCandidate, k: int) -> dict[tuple[str, int], Rollout]:
+        """The rollouts already journaled under this key, by (task, sample); a fresh journal otherwise."""
+        key = hashlib.sha256(f"{self.weights}\0{harness.source}\0{k}".encode()).hexdigest()[:20]
+        rows = read_jsonl(self.path)
+        if rows and rows[0] == {"key": key}:
+            return {(r.task_id, r.sample): r for r in map(Rollout.from_json, rows[1:])}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path, json.dumps({"key": key}) + "\n")
+        return {}
+
+    def add(self, rollout: Rollout) -> None:
+        append_jsonl(self.path, [rollout.to_json()])
+
+
+def journals(run: RunDir, point: int, weights: dict[str, Any]) -> Callable[[str], Journal]:
+    """The journal of each evaluation (by label) of `point` under `weights` (the trainable tensors)."""
+    digest = weights_digest(weights)
+    return lambda label: Journal(run.journal_file(point, label), digest)
+
+
 def evaluate(
-    runner: Executor, harness: HarnessCandidate, splits: dict[str, list[Task]], k: int, bars: Bars
+    runner: Executor,
+    harness: HarnessCandidate,
+    splits: dict[str, list[Task]],
+    k: int,
+    bars: Bars,
+    journal: Callable[[str], Journal] | None = None,
 ) -> dict[str, tuple[list[Rollout], dict[str, Any]]]:
-    """k rollouts of `harness` on every val and test task: the rollouts and the score of each split."""
+    """k rollouts of `harness` on every val and test task: the rollouts and the score of each split;
+    `journal(split)`, where given, keeps each split's finished rollouts as they come."""
     out = {}
     for split in SPLITS:
-        rollouts = evaluate_split(runner, harness, splits[split], k, bars, split)
+        rollouts = evaluate_split(runner, harness, splits[split], k, bars, split, journal and journal(split))
         out[split] = (rollouts, asdict(score_rollouts(rollouts, splits[split])))
     return out
 
 
 @unit("evaluations")
 def evaluate_split(
-    runner: Executor, harness: HarnessCandidate, tasks: list[Task], k: int, bars: Bars, label: str
+    runner: Executor,
+    harness: HarnessCandidate,
+    tasks: list[Task],
+    k: int,
+    bars: Bars,
+    label: str,
+    journal: Journal | None = None,
 ) -> list[Rollout]:
-    """k rollouts of `harness` on each of `tasks`: samples 0..k-1, as at every evaluation point."""
-    with bars(f"evaluating {label} mean@{k}", len(tasks) * k) as tick:
-        return runner.run([RolloutJob(t, harness, s) for t in tasks for s in range(k)], tick)
+    """k rollouts of `harness` on each of `tasks`: samples 0..k-1, as at every evaluation point. Those a
+    journal already holds are taken from it, not drawn again."""
+    jobs = [RolloutJob(t, harness, s) for t in tasks for s in range(k)]
+    held = journal.open(harness, k) if journal else {}
+    todo = [j for j in jobs if (j.task.id, j.sample) not in held]
+    with bars(f"evaluating {label} mean@{k}", len(jobs)) as tick:
+        for job in jobs:
+            if (job.task.id, job.sample) in held:
+                tick()
+
+        def finished(rollout: Rollout) -> None:
+            if journal:
+                journal.add(rollout)
+            tick(rollout)
+
+        fresh = iter(runner.run(todo, finished))
+    return [held[(j.task.id, j.sample)] if (j.task.id, j.sample) in held else next(fresh) for j in jobs]
 
 
 def copied_point(source: RunDir, point: int) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:

@@ -35,6 +35,7 @@ from whale.run.evaluation import (
     copied_point,
     eval_line,
     evaluate,
+    journals,
     points_between,
     start_eval_source,
 )
@@ -326,8 +327,9 @@ class Experiment:
             return
         checkpoint = self._checkpoint_name() if weights_pending else st.checkpoint
         record = self._point_record(label, checkpoint, harness_id)
-        harness = self.archive.load(harness_id)
-        for split, (rollouts, score) in evaluate(self.runner, harness, self.splits, k, self.bars).items():
+        journal = journals(self.dir, st.eval_points, self.trainer.trainable_state())  # kept if killed
+        scored = evaluate(self.runner, self.archive.load(harness_id), self.splits, k, self.bars, journal)
+        for split, (rollouts, score) in scored.items():
             self.dir.write_eval_rows(st.eval_points, split, [r.to_json() for r in rollouts])
             self._charge(rollouts, "eval")
             record[split] = score

@@ -4,7 +4,7 @@
     events.jsonl           one record per weight step, search iteration and phase switch (whale.run.events)
     evals.jsonl            one record per evaluation point (validation and test mean@k with CIs)
     rollouts/train.jsonl   every weight-step rollout
-    evals/<point>/<split>.jsonl   evaluation rollouts
+    evals/<point>/<split>.jsonl   evaluation rollouts (journal/: those of a point still being evaluated)
     search/                the harness archive (whale.search.archive)
     checkpoints/<unit>/    trainable weights + optimizer
     state.json             the commit point: written last, atomically, after every unit of work
@@ -112,6 +112,11 @@ class RunDir:
     def eval_file(self, point: int, split: str) -> Path:
         return self.path / "evals" / f"{point:03d}" / f"{split}.jsonl"
 
+    def journal_file(self, point: int, label: str) -> Path:
+        """Where an evaluation of `point` in progress keeps its finished rollouts (evaluation.Journal)."""
+        name = "".join(c if c.isalnum() else "-" for c in label)
+        return self.path / "evals" / f"{point:03d}" / "journal" / f"{name}.jsonl"
+
     def eval_rows(self, point: int, split: str) -> list[dict[str, Any]]:
         return read_jsonl(self.eval_file(point, split))
 
@@ -148,6 +153,9 @@ class RunDir:
         state.log_lines = {name: jsonl_line_count(self.path / name) for name in LOGS}
         state.candidates = candidates
         atomic_write_json(self.path / STATE, asdict(state))
+        for journal in (self.path / "evals").glob("*/journal"):  # committed points' rollouts are in place
+            if int(journal.parent.name) < state.eval_points:
+                shutil.rmtree(journal, ignore_errors=True)
 
     def load_state(self) -> RunState:
         """The last committed state, with every log cut back to its length at that commit."""
