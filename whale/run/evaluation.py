@@ -109,9 +109,8 @@ def evaluate_split(
     held = journal.open(harness, k) if journal else {}
     todo = [j for j in jobs if (j.task.id, j.sample) not in held]
     with bars(f"evaluating {label} mean@{k}", len(jobs)) as tick:
-        for job in jobs:
-            if (job.task.id, job.sample) in held:
-                tick()
+        for _ in range(len(jobs) - len(todo)):
+            tick()
 
         def finished(rollout: Rollout) -> None:
             if journal:

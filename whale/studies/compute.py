@@ -4,9 +4,9 @@ runs, how many are done, the hours those took, and an estimate for the rest.
 An estimate is the mean wall time of committed runs of the same domain and schedule (2 CPU cores), this
 edition's where it has some (earlier editions ran other defaults, which cost less), each scaled to the
 study's run: its evaluations by the number of evaluation points, the rest by the budget (a run that did
-not record its parts, all by the budget). Evaluations cost the same at any
-budget, so a pilot that triples the budget does not triple the hours. Where no such run exists, the
-domain's runs stand in, then all runs; the table names the basis of each estimate.
+not record its parts, all by the budget). Evaluations cost the same at any budget, so a pilot that
+triples the budget does not triple the hours. Where no such run exists, the domain's runs stand in, then
+all runs; the table names the basis of each estimate.
 """
 
 from __future__ import annotations
