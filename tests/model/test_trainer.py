@@ -164,6 +164,17 @@ def test_all_masked_examples_take_no_step_and_leave_weights_alone(make_tiny, tok
     assert trainer.train([])["optimizer_steps"] == 0
 
 
+def test_trainable_tensors_are_live_views_and_trainable_state_a_copy(make_tiny, tokenizer, examples):
+    trainer = Trainer(make_tiny(), pad_id(tokenizer), TrainerConfig(lora=False, lr=2e-3), seed=0)
+    live, copy = trainer.trainable_tensors(), trainer.trainable_state()
+    assert set(live) == set(copy) and all(torch.equal(live[k], copy[k]) for k in live)
+    params = {n: p for n, p in trainer.model.named_parameters()}
+    assert all(live[k].data_ptr() == params[k].data_ptr() for k in live)  # no 540 MB copy for a digest
+    trainer.train(examples)
+    assert any(not torch.equal(live[k], copy[k]) for k in live)  # the views moved with the step, the copy not
+    assert all(torch.equal(live[k], v) for k, v in trainer.trainable_state().items())
+
+
 @pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
 def test_save_load_restores_trainable_weights_exactly(tmp_path, make_tiny, tokenizer, examples, lora):
     cfg = TrainerConfig(lora=lora, lr=2e-3, minibatch=8, micro_batch=8)

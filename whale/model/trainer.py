@@ -352,15 +352,20 @@ class Trainer:
         device = next(self.model.parameters()).device.type
         return torch.autocast(device, dtype=torch.bfloat16, enabled=self.config.dtype == "bfloat16")
 
-    def trainable_state(self) -> dict[str, torch.Tensor]:
+    def trainable_tensors(self) -> dict[str, torch.Tensor]:
+        """The live trainable tensors, not copied: for reading them now (a digest, a save)."""
         names = {n for n, p in self.model.named_parameters() if p.requires_grad}
-        return {n: t.detach().clone() for n, t in self.model.state_dict().items() if n in names}
+        return {n: t.detach() for n, t in self.model.state_dict().items() if n in names}
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the trainable tensors, unchanged by later steps."""
+        return {n: t.clone() for n, t in self.trainable_tensors().items()}
 
     def save(self, folder: Path) -> None:
         """Trainable weights (the adapter under LoRA) and optimizer state: enough to resume exactly."""
         from safetensors.torch import save
 
-        weights = save({k: v.contiguous() for k, v in self.trainable_state().items()})
+        weights = save({k: v.contiguous() for k, v in self.trainable_tensors().items()})
         optimizer = io.BytesIO()
         torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, optimizer)
         # through the store: a full disk is an OSError naming the file, not a torch serializer error

@@ -154,7 +154,7 @@ class CrossEvaluator:
 
     def _score(self, harness_id: str, label: str, point: int) -> list[Rollout]:
         harness, label = self.archive.load(harness_id), f"val ({label})"
-        journal = journals(self.run, point, self.trainer.trainable_state())(label)  # the weights served now
+        journal = journals(self.run, point, self.trainer.trainable_tensors())(label)  # the weights served now
         return evaluate_split(self.runner, harness, self.tasks, self.k, self.bars, label, journal)
 
     def _old_weights(self, last: dict[str, Any]) -> dict[str, Any] | None:

@@ -327,7 +327,7 @@ class Experiment:
             return
         checkpoint = self._checkpoint_name() if weights_pending else st.checkpoint
         record = self._point_record(label, checkpoint, harness_id)
-        journal = journals(self.dir, st.eval_points, self.trainer.trainable_state())  # kept if killed
+        journal = journals(self.dir, st.eval_points, self.trainer.trainable_tensors())  # kept if killed
         scored = evaluate(self.runner, self.archive.load(harness_id), self.splits, k, self.bars, journal)
         for split, (rollouts, score) in scored.items():
             self.dir.write_eval_rows(st.eval_points, split, [r.to_json() for r in rollouts])
