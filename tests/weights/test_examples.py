@@ -62,18 +62,21 @@ def test_an_agent_step_that_ran_a_tool_is_kept_and_a_retry_after_a_refused_tool_
     assert trainable(unknown) == [search, answer]
 
 
-def test_samples_with_no_majority_and_opted_out_calls_are_not_trained_on():
+def test_samples_that_do_not_say_the_answer_and_opted_out_calls_are_not_trained_on():
     ask = [{"role": "user", "content": "Which operation?"}]
     split = Rollout(
         "t", "h", "w", 0, answer="7", calls=[call(ask, "add"), call(ask, "times"), call(ask, "minus")]
     )
-    assert trainable(split) == []  # none says the answer and no reply has two votes
-    named = Rollout(
-        "t", "h", "w", 0, answer="7", calls=[call(ask, "add"), call(ask, "Add."), call(ask, "minus")]
-    )
-    assert [c.text for c in trainable(named)] == [
-        "add",
-        "Add.",
-    ]  # the majority's words, as the tool used them
+    assert trainable(split) == []  # none says the answer
+    # operands:calculator in the second edition (math whale-adaptive seed 0, step 4): the calculator made
+    # the answer from the usable votes, each worded its own way; the two identical replies were the
+    # degenerate ones, and crediting the most common reply trained the model to give them
+    votes = ["Ava ends up with ", "Addition: addition", "You guessed it - multiplication.", "Add"]
+    votes.append("Ava ends up with ")
+    degenerate = Rollout("t", "h", "w", 0, answer="46", calls=[call(ask, v) for v in votes])
+    assert trainable(degenerate) == []
+    said = [call(ask, "add"), call(ask, "Add."), call(ask, "46")]
+    named = Rollout("t", "h", "w", 0, answer="46", calls=said)
+    assert [c.text for c in trainable(named)] == ["46"]
     out = Rollout("t", "h", "w", 0, answer="x", calls=[call(ask, "x", train=False), call([], "x")])
     assert [c.messages for c in trainable(out)] == [[]]

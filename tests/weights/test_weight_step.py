@@ -19,13 +19,17 @@ from whale.weights.grpo import group_advantages
 from whale.weights.weight_step import WeightSettings, build_batch, sample
 
 
-def call(prompt: list[int], completion: list[int], train: bool = True, temperature: float = 1.0) -> ModelCall:
+def call(
+    prompt: list[int], completion: list[int], train: bool = True, temperature: float = 1.0, step: int = 0
+) -> ModelCall:
     logprobs = [-0.5 - 0.1 * i for i in range(len(completion))]
-    return ModelCall([], prompt, completion, "", "length", train, {"temperature": temperature}, logprobs)
+    messages = [{"role": "user", "content": f"step {step}"}]  # a harness's steps, not samples of one request
+    params = {"temperature": temperature}
+    return ModelCall(messages, prompt, completion, "", "length", train, params, logprobs)
 
 
 def rollout(task: str, sample: int, reward: float, harness: str = "c0", calls: int = 1, **kw) -> Rollout:
-    made = [call([1, 2, 3], [10 + sample, 20 + i]) for i in range(calls)]
+    made = [call([1, 2, 3], [10 + sample, 20 + i], step=i) for i in range(calls)]
     return Rollout(task, harness, "w0", sample, reward=reward, calls=made, **kw)
 
 

@@ -7,7 +7,12 @@ ones, decided from the trace alone:
   samples of one request   consecutive calls with the same conversation (the n samples of one
                            `llm.chat(..., n=...)`, or a harness run several times to vote): only the
                            samples that agree with the returned answer (its words appear in the
-                           reply), else those that give the majority reply (at least two); else none
+                           reply); none when no sample says it. The most common reply is not credited
+                           in its place: where code maps the votes onto the answer (operands: the model
+                           names an operation, the calculator computes), the identical replies were the
+                           degenerate ones ("Ava ends up with"), the usable votes each worded
+                           differently, and training on them unlearned the mechanism in three steps
+                           (docs/weights.md)
   failed attempts          a call whose conversation a later call continues with its reply and a new
                            user turn, with no tool call between them that succeeded: a retry, which
                            re-asks because the reply could not be used (an agent step that ran a tool
@@ -21,7 +26,7 @@ Everything else is credited. What this cannot see: a vote over harness runs of s
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any
 
 from whale.harness.records import ModelCall, Rollout
@@ -65,17 +70,11 @@ def sample_groups(calls: list[ModelCall]) -> list[list[int]]:
 
 
 def agreeing(texts: list[str], answer: str | None) -> set[int]:
-    """The samples whose reply contains the answer's words; else the majority reply's (two or more)."""
+    """The samples whose reply contains the answer's words."""
     said = words(answer or "")
-    if said:
-        found = {k for k, t in enumerate(texts) if re.search(rf"(?<!\w){re.escape(said)}(?!\w)", words(t))}
-        if found:
-            return found
-    counts = Counter(words(t) for t in texts)
-    (top, n), *rest = counts.most_common(2) + [("", 0)]
-    if n < 2 or n == rest[0][1]:
+    if not said:
         return set()
-    return {k for k, t in enumerate(texts) if words(t) == top}
+    return {k for k, t in enumerate(texts) if re.search(rf"(?<!\w){re.escape(said)}(?!\w)", words(t))}
 
 
 def failed_attempts(rollout: Rollout) -> list[int]:
