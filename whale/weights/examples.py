@@ -7,12 +7,8 @@ ones, decided from the trace alone:
   samples of one request   consecutive calls with the same conversation (the n samples of one
                            `llm.chat(..., n=...)`, or a harness run several times to vote): only the
                            samples that agree with the returned answer (its words appear in the
-                           reply); none when no sample says it. The most common reply is not credited
-                           in its place: where code maps the votes onto the answer (operands: the model
-                           names an operation, the calculator computes), the identical replies were the
-                           degenerate ones ("Ava ends up with"), the usable votes each worded
-                           differently, and training on them unlearned the mechanism in three steps
-                           (docs/weights.md)
+                           reply); none when no sample says it (crediting the most common reply
+                           instead trained degenerate votes: docs/weights.md)
   failed attempts          a call whose conversation a later call continues with its reply and a new
                            user turn, with no tool call between them that succeeded: a retry, which
                            re-asks because the reply could not be used (an agent step that ran a tool
