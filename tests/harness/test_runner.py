@@ -12,8 +12,8 @@ import pytest
 from conftest import AddDomain, AddToolbox
 
 from tests.processes import group_alive
-from whale.harness.calls import RolloutJob, RunnerLimits, conversation_key
-from whale.harness.records import HarnessCandidate, Rollout
+from whale.harness.calls import RolloutJob, RunnerLimits, apply_credit, conversation_key
+from whale.harness.records import HarnessCandidate, ModelCall, Rollout
 from whale.harness.runner import RolloutRunner
 from whale.harness.task import Task
 from whale.model.engine import SamplingParams
@@ -420,6 +420,52 @@ def test_chat_arguments_are_checked_and_clamped(make_runner, add_domain):
     assert len(parts) == 4
     assert "n must be" in parts[0] and "max_tokens" in parts[1] and "stop" in parts[2]
     assert "messages" in parts[3]
+
+
+def test_a_harness_says_which_calls_produced_its_answer(make_runner, add_domain):
+    """llm.credit marks the last chat's samples, or any earlier calls by index; it is recorded on the
+    calls, later words win, and a malformed one reaches the harness as an LLMError."""
+    source = body(
+        "ask = [{'role': 'user', 'content': 'hi'}]",
+        "first = llm.chat(ask)",
+        "votes = llm.chat(ask, n=3)",
+        "llm.credit([True, False, True])",
+        "start = llm.calls_made()",
+        "llm.chat(ask, n=2)",
+        "llm.credit(False, calls=range(start, llm.calls_made()))",
+        "llm.credit(True, calls=[0])",
+        "llm.credit(False)",
+        "errors = []",
+        "for keep, calls in (([True], None), ('yes', None), (True, [9]), (True, [-1])):",
+        "    try:",
+        "        llm.credit(keep, calls=calls)",
+        "    except LLMError as exc:",
+        "        errors.append(str(exc))",
+        "return str(llm.calls_made()) + ' | ' + ' | '.join(errors)",
+    )
+    runner = make_runner(workers=1)
+    [r] = runner.run([RolloutJob(add_domain.tasks[0], harness(source), 0)])
+    assert r.error is None
+    assert [c.credit for c in r.calls] == [True, True, False, True, False, False]
+    made, *errors = r.answer.split(" | ")
+    assert made == "6" and len(errors) == 4
+    assert "one bool per sample" in errors[0] and "one bool per sample" in errors[1]
+    assert "indices of this rollout's 6 model calls" in errors[2] and "6 model calls" in errors[3]
+    said = body("return llm.chat([{'role': 'user', 'content': 'x'}])")
+    [plain] = runner.run([RolloutJob(add_domain.tasks[0], harness(said), 0)])
+    assert plain.calls[0].credit is None and "credit" not in plain.to_json()["calls"][0]
+    assert Rollout.from_json(r.to_json()).calls[2].credit is False
+
+
+def test_a_forged_credit_message_changes_nothing():
+    """The runner checks what reaches it as a credit, whatever the worker's proxy let through."""
+    calls = [ModelCall([], [1], [2], "a", "stop", True, {}) for _ in range(2)]
+    forged = [{"calls": [0], "keep": [1]}, {"calls": [True], "keep": [True]}, {"calls": [0, 1], "keep": []}]
+    forged += [{"calls": [2], "keep": [False]}, {"calls": "0", "keep": "0"}, {}]
+    for msg in forged:
+        assert "llm.credit" in apply_credit(msg, calls)
+    assert [c.credit for c in calls] == [None, None]
+    assert apply_credit({"calls": [1], "keep": [False]}, calls) is None and calls[1].credit is False
 
 
 FRAME_WALK = """\

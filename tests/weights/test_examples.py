@@ -80,3 +80,65 @@ def test_samples_that_do_not_say_the_answer_and_opted_out_calls_are_not_trained_
     assert [c.text for c in trainable(named)] == ["46"]
     out = Rollout("t", "h", "w", 0, answer="x", calls=[call(ask, "x", train=False), call([], "x")])
     assert [c.messages for c in trainable(out)] == [[]]
+
+
+def test_what_the_harness_says_wins_over_the_trace():
+    ask = [{"role": "user", "content": "Which operation?"}]
+    votes = [call(ask, "add"), call(ask, "Addition."), call(ask, "minus")]
+    votes[0].credit = votes[1].credit = True
+    said = Rollout("t", "h", "w", 0, answer="7", calls=votes)
+    assert [c.text for c in trainable(said)] == ["add", "Addition."]  # no vote says 7, the harness said which
+    answer = call([{"role": "user", "content": "Say it"}], "7")
+    answer.credit = False
+    quiet = Rollout("t", "h", "w", 0, answer="7", calls=[answer, call([], "7", train=False)])
+    quiet.calls[1].credit = True
+    assert trainable(quiet) == [quiet.calls[1]]  # a later say-so over train=False, and over the trace
+    empty = call(ask, "add")
+    empty.completion_ids, empty.credit = [], True
+    assert trainable(Rollout("t", "h", "w", 0, answer="7", calls=[empty])) == []  # nothing to train on
+
+
+def test_operands_credits_the_votes_that_named_the_operation_it_used():
+    """math's seed under operands:calculator in the sandbox: of five votes the three naming multiply are
+    credited, however worded; the degenerate and the dissenting ones are not."""
+    from whale.search.mechanisms import Context, apply
+    from whale.search.toolspec import tool_specs
+
+    domain = build_domain(DomainConfig(name="math", sizes={"train": 1, "search": 1, "val": 1, "test": 1}))
+    task = domain.splits()["train"][0]  # "Zoe has 6 boxes with 9 apples in each box. ..." (6 * 9 = 54)
+    ctx = Context(task.inputs, 1.0, [], tool_specs(domain.toolbox(task), domain.brief))
+    source = apply("operands:calculator", domain.seed_harness(), ctx)
+    replies = ["Multiply.", "Zoe ends up with ", "You guessed it - multiplication.", "add", "times"]
+    limits = RunnerLimits(workers=1)
+    runner = RolloutRunner(ScriptedEngine(replies), domain, SamplingParams(max_tokens=8), limits)
+    try:
+        (rollout,) = runner.run([RolloutJob(task, HarnessCandidate("h", source), 0)])
+    finally:
+        runner.close()
+    assert rollout.error is None and rollout.answer == "54" and rollout.reward == 1.0
+    assert [c.credit for c in rollout.calls] == [True, False, True, False, True]
+    assert [c.text for c in trainable(rollout)] == ["Multiply.", "You guessed it - multiplication.", "times"]
+
+
+def test_votes_over_runs_of_two_calls_each_take_the_losing_runs_out():
+    from whale.search.mechanisms import Context, votes
+
+    domain = build_domain(DomainConfig(name="math", sizes={"train": 1, "search": 1, "val": 1, "test": 1}))
+    task = domain.splits()["train"][0]
+    two_calls = (
+        "def run(task, llm, tools):\n"
+        "    note = llm.chat([{'role': 'user', 'content': 'think: ' + task['question']}])\n"
+        "    return llm.chat([{'role': 'user', 'content': 'answer, given: ' + note}])\n"
+    )
+    source = votes(two_calls, Context(task.inputs, 2.0, []))
+    replies = ["a", "54", "b", "7", "c", "54", "d", "54 ", "e", "9"]  # five runs: 54 three times
+    limits = RunnerLimits(workers=1)
+    runner = RolloutRunner(ScriptedEngine(replies), domain, SamplingParams(max_tokens=8), limits)
+    try:
+        (rollout,) = runner.run([RolloutJob(task, HarnessCandidate("h", source), 0)])
+    finally:
+        runner.close()
+    assert rollout.error is None and rollout.answer == "54" and len(rollout.calls) == 10
+    lost = [False, False]
+    assert [c.credit for c in rollout.calls] == [None, None, *lost, None, None, None, None, *lost]
+    assert [c.text for c in trainable(rollout)] == ["a", "54", "c", "54", "d", "54 "]

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from whale.harness.records import HarnessCandidate, ToolCall
+from whale.harness.records import HarnessCandidate, ModelCall, ToolCall
 from whale.harness.task import Task, Toolbox, ToolError
 from whale.model.engine import Generation, GenerationRequest, SamplingParams
 
@@ -113,6 +113,18 @@ def chat_problem(msg: dict[str, Any], calls_made: int, limits: RunnerLimits) -> 
         return "llm.chat: stop must be a string or a list of non-empty strings"
     if stop is not None and (len(stop) > limits.max_stop_strings or sum(map(len, stop)) > 1000):
         return f"llm.chat: at most {limits.max_stop_strings} stop strings, 1000 characters in all"
+    return None
+
+
+def apply_credit(msg: dict[str, Any], calls: list[ModelCall]) -> str | None:
+    """Record an `llm.credit` on the rollout's calls; why it cannot be (None when it was)."""
+    index, keep = msg.get("calls"), msg.get("keep")
+    ok = isinstance(index, list) and isinstance(keep, list) and len(index) == len(keep)
+    ok = ok and all(type(i) is int and 0 <= i < len(calls) for i in index)
+    if not ok or not all(type(k) is bool for k in keep):
+        return f"llm.credit: calls must be indices of this rollout's {len(calls)} model calls, a bool each"
+    for i, k in zip(index, keep, strict=True):
+        calls[i].credit = k
     return None
 
 

@@ -19,6 +19,8 @@ class ModelCall:
     # that ask for it (GRPO training), and left out of the JSON otherwise so other traces do not grow.
     logprobs: list[float] | None = None
     usage: dict[str, int] | None = None  # a remote server's token counts (see Generation.usage)
+    # The harness's own say (llm.credit) whether this call produced the answer; None leaves it to the trace.
+    credit: bool | None = None
 
 
 @dataclass
@@ -33,6 +35,26 @@ class ToolCall:
 
 @dataclass
 class Rollout:
+    """One harness run on one task. A failed one's `error` is '<kind>: <detail>', with one of these kinds
+    (stable; match on them):
+
+      timeout           the step, tool or rollout wall-clock limit ran out; the worker was killed
+      cpu limit         the worker used up its CPU seconds (RLIMIT_CPU, SIGXCPU)
+      memory limit      MemoryError under the worker's address-space limit
+      recursion limit   RecursionError
+      killed            SIGKILL the runner did not send (the kernel's OOM killer, an operator)
+      forbidden         the harness attempted what the sandbox refuses, even if it caught the refusal:
+                        'forbidden: open', 'forbidden: os.system', "forbidden: import of 'os' (ImportError)",
+                        'forbidden: changed shared state: collections.Counter.most_common', ...
+      output too large  the answer is over `max_answer_chars`
+      protocol          the worker broke the wire protocol: a message over the 4 MiB frame limit
+                        ('protocol: output too large: ...'), malformed JSON, a forged done message
+      crash             the harness raised ('crash: ValueError: boom', 'crash: SystemExit: 0') or the
+                        worker died ('crash: worker died on signal SIGSEGV')
+      invalid           the harness breaks the contract (syntax error, no run(), a non-string result)
+      verify            the domain's verifier raised on the answer
+    """
+
     task_id: str
     harness_id: str
     weights_version: str
@@ -55,8 +77,9 @@ class Rollout:
         if d["rescue"] is None:
             del d["rescue"]
         for call in d["calls"]:
-            if call["logprobs"] is None:
-                del call["logprobs"]
+            for key in ("logprobs", "credit"):
+                if call[key] is None:
+                    del call[key]
         return d
 
     @classmethod

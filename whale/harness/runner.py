@@ -7,24 +7,7 @@ once no worker computes. In lockstep the engine moves only when every busy worke
 and bfloat16's draws, repeat run to run. A worker that computes too long is killed with its process group,
 and its rollout records why.
 
-A failed rollout's `Rollout.error` is '<kind>: <detail>', with one of these kinds (stable; match on them):
-
-  timeout           the step, tool or rollout wall-clock limit ran out; the worker was killed
-  cpu limit         the worker used up its CPU seconds (RLIMIT_CPU, SIGXCPU)
-  memory limit      MemoryError under the worker's address-space limit
-  recursion limit   RecursionError
-  killed            SIGKILL the runner did not send (the kernel's OOM killer, an operator)
-  forbidden         the harness attempted what the sandbox refuses, even if it caught the refusal:
-                    'forbidden: open', 'forbidden: os.system', "forbidden: import of 'os' (ImportError)",
-                    'forbidden: changed shared state: collections.Counter.most_common', ...
-  output too large  the answer is over `max_answer_chars`
-  protocol          the worker broke the wire protocol: a message over the 4 MiB frame limit
-                    ('protocol: output too large: ...'), malformed JSON, a forged done message
-  crash             the harness raised ('crash: ValueError: boom', 'crash: SystemExit: 0') or the worker
-                    died ('crash: worker died on signal SIGSEGV')
-  invalid           the harness breaks the contract (syntax error, no run(), a non-string result)
-  verify            the domain's verifier raised on the answer
-
+A failed rollout's `Rollout.error` names one of the kinds listed in records.py.
 A worker whose rollout failed with anything but crash, invalid, recursion limit, output too large or verify
 is not reused. Model and tool calls are capped in number and size, and so are logs and answers, so that
 one rollout's record stays small. When a worker reports that an OS sandbox layer (Landlock) could not be
@@ -45,7 +28,15 @@ from collections.abc import Callable
 from typing import Any
 
 from whale.core.timing import timed
-from whale.harness.calls import RolloutJob, RunnerLimits, call_seed, chat_params, chat_problem, scripted
+from whale.harness.calls import (
+    RolloutJob,
+    RunnerLimits,
+    apply_credit,
+    call_seed,
+    chat_params,
+    chat_problem,
+    scripted,
+)
 from whale.harness.confine import report_degraded, sandbox_status_problems
 from whale.harness.records import ModelCall, Rollout, ToolCall
 from whale.harness.task import Verifier
@@ -270,7 +261,7 @@ class RolloutRunner:
             if w.sandbox is None:  # only the hello a fresh worker sends before any harness runs counts
                 self._note_sandbox(w, msg.get("sandbox"))
             return
-        if op in ("chat", "tool") and (w.request is not None or w.handles or w.tool is not None):
+        if op in ("chat", "tool", "credit") and (w.request is not None or w.handles or w.tool is not None):
             self._protocol_error(w, f"a {op} request before the reply to the one in flight")
             return
         if op == "chat":
@@ -284,6 +275,10 @@ class RolloutRunner:
             return
         if op == "tool":
             self._serve_tool(w, msg)
+            return
+        if op == "credit":
+            error = apply_credit(msg, w.rollout.calls)
+            self._send(w, {"op": "error", "message": error} if error else {"op": "credit_result"})
             return
         if op == "done":
             if msg.get("secret") != w.secret:
@@ -384,11 +379,9 @@ class RolloutRunner:
             # clock: a harness spinning on refused calls is computing, not making progress.
             message = f"rollout exceeded {cap} tool calls"
             if len(calls) == cap:
-                calls.append(
-                    ToolCall(
-                        str(msg.get("name"))[:100], [], {}, error=message, after_calls=len(w.rollout.calls)
-                    )
-                )
+                refused = ToolCall(str(msg.get("name"))[:100], [], {}, error=message)
+                calls.append(refused)
+                refused.after_calls = len(w.rollout.calls)
             self._send(w, {"op": "error", "message": message})
             return
         w.tool_name, w.tool_began = str(msg.get("name"))[:100], time.monotonic()

@@ -123,10 +123,11 @@ def make_builtins(proxies: dict[str, ReadOnly], logs: LogSink) -> dict[str, Any]
 class LLMProxy:
     """The `llm` a harness sees: every call crosses to the parent, which batches and records it."""
 
-    __slots__ = ("_channel",)
+    __slots__ = ("_channel", "_calls")
 
     def __init__(self, channel: Channel):
         object.__setattr__(self, "_channel", channel)
+        object.__setattr__(self, "_calls", [0, 0])  # calls made so far; the first of the last chat's
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"cannot set {name!r}: llm is read-only in a harness")
@@ -162,7 +163,27 @@ class LLMProxy:
         if reply["op"] == "error":
             raise LLMError(reply["message"])
         texts = reply["texts"]
+        self._calls[:] = [self._calls[0] + len(texts), self._calls[0]]
         return texts[0] if n == 1 else texts
+
+    def calls_made(self) -> int:
+        """The model calls this rollout has made so far (each of a chat's n samples is one)."""
+        return self._calls[0]
+
+    def credit(self, keep: bool | list[bool], calls: Any = None) -> None:
+        """Say which model calls produced the answer, for training (whale/weights/examples.py): `keep` for
+        the last chat's samples (one bool each, or one for all), or one bool for the indices in `calls`."""
+        made, last = self._calls
+        index = list(range(last, made) if calls is None else calls)
+        flags = keep if isinstance(keep, list) else [keep] * len(index)
+        if not all(isinstance(k, bool) for k in flags) or len(flags) != len(index):
+            raise LLMError("llm.credit: keep must be a bool, or one bool per sample of the last llm.chat")
+        if not all(isinstance(i, int) and 0 <= i < made for i in index):
+            raise LLMError(f"llm.credit: calls must be indices of this rollout's {made} model calls")
+        self._channel.send({"op": "credit", "calls": index, "keep": flags})
+        reply = self._channel.recv()
+        if reply["op"] == "error":
+            raise LLMError(reply["message"])
 
 
 def make_tools(channel: Channel, names: list[str]) -> ReadOnly:
@@ -193,7 +214,7 @@ def describe(exc: BaseException) -> str:
 
 
 def failure_reason(exc: BaseException) -> str:
-    """The recorded reason for a harness that raised: '<kind>: <detail>' (kinds listed in runner.py)."""
+    """The recorded reason for a harness that raised: '<kind>: <detail>' (kinds listed in records.py)."""
     if isinstance(exc, MemoryError):
         return "memory limit: MemoryError: harness exceeded its memory limit"
     if isinstance(exc, RecursionError):

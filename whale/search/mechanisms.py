@@ -47,13 +47,27 @@ def votes(source: str, ctx: Context) -> str | None:
 N_VOTES_{k} = {n}  # self-consistency: answers sampled, the most common one returned
 
 
+def calls_made_{k}(llm):
+    try:
+        return llm.calls_made()
+    except AttributeError:
+        return 0  # a wrapper of llm that does not pass it on: no credit is given
+
+
 def run(task, llm, tools):
-    answers = [{inner}(task, llm, tools) for _ in range(N_VOTES_{k})]
+    answers, spans = [], []
+    for _ in range(N_VOTES_{k}):
+        start = calls_made_{k}(llm)
+        answers.append({inner}(task, llm, tools))
+        spans.append(range(start, calls_made_{k}(llm)))
     counts = {{}}
     for answer in answers:
         key = " ".join(str(answer).lower().split())
         counts[key] = counts.get(key, 0) + 1
     best = max(counts, key=counts.get)
+    for answer, span in zip(answers, spans):
+        if " ".join(str(answer).lower().split()) != best and len(span):
+            llm.credit(False, calls=span)  # a losing run's calls did not produce the answer
     return next(answer for answer in answers if " ".join(str(answer).lower().split()) == best)
 """
     )
@@ -172,7 +186,9 @@ def primed_{k}(llm):
         rest = [m for m in messages if m["role"] != "system"]
         return llm.chat(head + shown + rest, **options)
 
-    return collections.namedtuple("PrimedLLM", ["chat"])(chat)
+    return collections.namedtuple("PrimedLLM", ["chat", "credit", "calls_made"])(
+        chat, lambda *a, **kw: llm.credit(*a, **kw), lambda: llm.calls_made()
+    )
 
 
 def run(task, llm, tools):
@@ -219,7 +235,9 @@ def snapped_{k}(llm, tools):
             return closest_{k}(replies, lists)
         return [closest_{k}(r, lists) for r in replies]
 
-    return collections.namedtuple("SnappedLLM", ["chat"])(chat)
+    return collections.namedtuple("SnappedLLM", ["chat", "credit", "calls_made"])(
+        chat, lambda *a, **kw: llm.credit(*a, **kw), lambda: llm.calls_made()
+    )
 
 
 def run(task, llm, tools):
@@ -257,7 +275,9 @@ def planned_{k}(llm):
         steps = steps if isinstance(steps, str) else (steps[0] if steps else "")
         return llm.chat(head + [{{"role": "user", "content": last + "\\n\\nPlan: " + steps}}], **options)
 
-    return collections.namedtuple("PlannedLLM", ["chat"])(chat)
+    return collections.namedtuple("PlannedLLM", ["chat", "credit", "calls_made"])(
+        chat, lambda *a, **kw: llm.credit(*a, **kw), lambda: llm.calls_made()
+    )
 
 
 def run(task, llm, tools):
@@ -306,7 +326,9 @@ def delegated_@K@(llm, tools):
         shown = tool_result_@K@(llm, tools, head, last)
         return llm.chat(head + [{"role": "user", "content": last + "\\n\\n" + shown}], **options)
 
-    return collections.namedtuple("DelegatedLLM", ["chat"])(chat)
+    return collections.namedtuple("DelegatedLLM", ["chat", "credit", "calls_made"])(
+        chat, lambda *a, **kw: llm.credit(*a, **kw), lambda: llm.calls_made()
+    )
 
 
 def run(task, llm, tools):

@@ -5,7 +5,8 @@ numbers. The wrapper reads the numbers from the text in order, asks the model wh
 operations joins each next number to the result so far (the majority of sampled one-word replies), and
 has the tool evaluate the expression it builds. A 135M model that cannot add 34 and 40 can often tell
 "buys more" from "gives away". Texts with fewer than two numbers, or more than the wrapper's cap, and
-replies naming no operation go to the wrapped harness unchanged.
+replies naming no operation go to the wrapped harness unchanged. No reply holds the computed answer, so the
+harness credits the replies that named the chosen operation itself (`llm.credit`; docs/weights.md).
 """
 
 from __future__ import annotations
@@ -43,17 +44,24 @@ OPERATION_WORDS_@K@ = {
 
 
 def operation_@K@(llm, text, ask):
-    \"\"\"The operation most of the sampled replies name, or None when none names one.\"\"\"
+    \"\"\"The operation most of the sampled replies name, or None when none names one. The replies that
+    name it are the ones credited for training (no reply holds the answer the calculator computes).\"\"\"
     messages = [
         {"role": "system", "content": OPERANDS_SYSTEM_@K@},
         {"role": "user", "content": text + "\\n" + ask},
     ]
     replies = llm.chat(messages, max_tokens=6, n=OPERANDS_VOTES_@K@)
-    said = []
+    named = []
     for reply in [replies] if isinstance(replies, str) else replies:
         words = [w for w in re.findall(r"[a-z]+", reply.lower()) if w in OPERATION_WORDS_@K@]
-        said += [OPERATION_WORDS_@K@[w] for w in words[:1]]
-    return collections.Counter(said).most_common(1)[0][0] if said else None
+        named.append(OPERATION_WORDS_@K@[words[0]] if words else None)
+    said = [op for op in named if op is not None]
+    best = collections.Counter(said).most_common(1)[0][0] if said else None
+    try:
+        llm.credit([op is not None and op == best for op in named])
+    except AttributeError:
+        pass  # a wrapper of llm that does not pass credit on
+    return best
 
 
 def sentence_@K@(text, at):

@@ -23,6 +23,10 @@ A harness is one Python file defining `run(task, llm, tools) -> str`.
 - `llm.chat(messages, max_tokens=None, temperature=None, stop=None, n=1, train=True)` sends a chat
   (a list of {"role", "content"} dicts) to the model being trained and returns the reply string (a list
   of strings when n > 1). Every call is recorded; train=False keeps a call out of the training data.
+- `llm.credit(keep, calls=None)` says which model calls produced the answer, so that only they are
+  trained on: one bool per sample of the last llm.chat (or one bool for all), or one bool for the call
+  indices in `calls` (`llm.calls_made()` counts the calls so far). Use it when the answer is computed
+  from replies that do not contain it (votes on an operation, a choice made by code).
 - `tools.<name>(...)` calls one of the domain's tools (see the brief); a refused call raises an
   exception whose message says why.
 - Allowed imports: re, math, json, collections, itertools, functools, statistics, random, string.

@@ -49,8 +49,9 @@ class Distilled:
 
 
 def answering_call(rollout: Rollout) -> ModelCall | str:
-    """The incumbent's answering call (its last trainable one), or why there is none to distill into."""
-    calls = [c for c in rollout.calls if c.train and c.completion_ids]
+    """The incumbent's answering call (its last trainable one, unless the harness said it did not produce
+    the answer), or why there is none to distill into."""
+    calls = [c for c in rollout.calls if (c.train if c.credit is None else c.credit) and c.completion_ids]
     return calls[-1] if calls else "no call"
 
 

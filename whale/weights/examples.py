@@ -2,7 +2,8 @@
 completion), and the grouping (one task's rollouts under one harness) the algorithms compare within.
 
 A rollout's calls are not all what produced its answer, so RFT, DPO and GRPO train only on the credited
-ones, decided from the trace alone:
+ones. A harness may say which they are (`llm.credit`, recorded as ModelCall.credit), and what it says
+wins; the rest is decided from the trace alone:
 
   samples of one request   consecutive calls with the same conversation (the n samples of one
                            `llm.chat(..., n=...)`, or a harness run several times to vote): only the
@@ -15,8 +16,9 @@ ones, decided from the trace alone:
                            on the reply is kept); with it, the other samples of its request
   train=False              calls the harness opted out of training
 
-Everything else is credited. What this cannot see: a vote over harness runs of several calls each
-(their calls are not consecutive), whose losing runs stay in.
+Everything else is credited. What the trace cannot show: a vote over harness runs of several calls each
+(their calls are not consecutive), whose losing runs stay in unless the harness says otherwise (the
+`votes` mechanism does).
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ def trainable(rollout: Rollout) -> list[ModelCall]:
         )
         for k, i in enumerate(group):
             credit[i] = credit[i] and k in winners
+    for i, call in enumerate(rollout.calls):
+        if call.credit is not None:
+            credit[i] = call.credit and bool(call.completion_ids)
     return [c for c, keep in zip(rollout.calls, credit, strict=True) if keep]
 
 
