@@ -17,6 +17,7 @@ import yaml
 
 from whale.core.config import ConfigError
 from whale.core.files import read_json, read_jsonl
+from whale.report.traces import rollout_html
 from whale.report.write import write_report
 from whale.studies.bottleneck import (
     attribute_gains,
@@ -375,6 +376,14 @@ def test_report_of_a_hand_made_run_escapes_everything_from_files(tmp_path):
     assert "in progress" in section(text, "summary")
     assert "1,234 tokens, $0.50" in section(text, "cost") and "1h 06m" in section(text, "cost")
     assert not (run / "summary.json").exists()  # a report only reads the run
+
+
+def test_the_trace_viewer_says_what_the_harness_said_of_each_calls_training():
+    marks = [{"train": False}, {"credit": True}, {"credit": False}, {"train": True}]
+    calls = [{"messages": [], "text": t, **m} for t, m in zip("abcd", marks, strict=True)]
+    text = rollout_html({"task_id": "t", "sample": 0, "harness_id": "h", "reward": 1.0, "calls": calls})
+    assert "model call 0 (train=False)</h4>" in text and "model call 1 (credited by the harness)</h4>" in text
+    assert "model call 2 (not credited by the harness)</h4>" in text and "model call 3</h4>" in text
 
 
 def test_measured_effects_are_shown_with_intervals_and_an_unmeasured_interval_says_why(tmp_path):

@@ -58,6 +58,14 @@ def _task_order(task_id: str) -> tuple[str, int]:
     return (stem, int(number)) if number.isdigit() else (task_id, 0)
 
 
+def call_marks(call: dict[str, Any]) -> str:
+    """What the harness said of a call's training: train=False, or its llm.credit (docs/weights.md)."""
+    marks = ["train=False"] if call.get("train") is False else []
+    if call.get("credit") is not None:
+        marks.append("credited by the harness" if call["credit"] else "not credited by the harness")
+    return f" ({', '.join(marks)})" if marks else ""
+
+
 def rollout_html(row: dict[str, Any], opened: bool = False) -> str:
     verdict = f"error: {row['error']}" if row.get("error") else f"reward {row.get('reward')}"
     summary = f"{row.get('task_id')} sample {row.get('sample')} ({row.get('harness_id')}): {verdict}"
@@ -68,7 +76,7 @@ def rollout_html(row: dict[str, Any], opened: bool = False) -> str:
             for m in call.get("messages") or []
         )
         parts.append(
-            f'<h4>model call {i}</h4>{messages}<p class="note">reply</p>'
+            f'<h4>model call {i}{esc(call_marks(call))}</h4>{messages}<p class="note">reply</p>'
             f"<pre>{esc(_cut(call.get('text', '')))}</pre>"
         )
     for call in row.get("tool_calls") or []:
