@@ -200,6 +200,12 @@ def results(
     jobs: Annotated[
         int, typer.Option("--jobs", min=1, help="Runs at a time, each with its share of the cores.")
     ] = 1,
+    smoke_check: Annotated[
+        bool,
+        typer.Option(
+            "--smoke", help="Run each distinct run of the studies once, tiny (into RUNS/../smoke), and stop."
+        ),
+    ] = False,
 ) -> None:
     """Run every study behind docs/results.md (each a `whale compare`), summarize it, render the document."""
     from whale.studies.compute import section_plan
@@ -212,6 +218,13 @@ def results(
     if plan:
         console.print("\n".join(section_plan(docs, tuple(chosen))), markup=False)
         return
+    if smoke_check:
+        from whale.studies.smoke import smoke
+
+        checked = smoke(chosen, docs, runs.parent / "smoke", console)
+        failed = [run for run, status in checked if status != "ok"]
+        console.print(f"smoke: {len(checked) - len(failed)} of {len(checked)} distinct runs finished")
+        raise typer.Exit(1 if failed else 0)
     if jobs > 1 and not render_only:
         run_pool(chosen, runs, docs, console, jobs, mixed_commits)
     elif not render_only:
