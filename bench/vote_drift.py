@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from whale.core.files import read_jsonl
-from whale.harness.records import Rollout
+from whale.harness.records import ModelCall, Rollout
 from whale.weights.examples import passed, trainable
 
 SYSTEM = "You read problems and say which operation solves them."
@@ -35,15 +35,15 @@ def named(text: str) -> str:
     return OPERATION[found[0]] if found else "none"
 
 
-def is_vote(call: object) -> bool:
-    messages = call.messages
-    return bool(messages) and messages[0].get("content") == SYSTEM
+def is_vote(call: ModelCall) -> bool:
+    return bool(call.messages) and call.messages[0].get("content") == SYSTEM
 
 
 def step_row(rollouts: list[Rollout], threshold: float) -> dict:
     votes = [c for r in rollouts for c in r.calls if is_vote(c)]
     kept = [r for r in rollouts if passed(r, threshold)]
-    credited = [c for r in kept for c in trainable(r) if is_vote(c)]
+    trained = [c for r in kept for c in trainable(r)]
+    credited = [c for c in trained if is_vote(c)]
     return {
         "rollouts": len(rollouts),
         "reward": sum(r.reward for r in rollouts) / max(1, len(rollouts)),
@@ -51,7 +51,7 @@ def step_row(rollouts: list[Rollout], threshold: float) -> dict:
         "votes": dict(Counter(named(c.text) for c in votes)),
         "kept": len(kept),
         "credited_votes": dict(Counter(named(c.text) for c in credited)),
-        "credited_other_calls": sum(len(trainable(r)) for r in kept) - len(credited),
+        "credited_other_calls": len(trained) - len(credited),
     }
 
 

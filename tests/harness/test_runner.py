@@ -436,7 +436,7 @@ def test_a_harness_says_which_calls_produced_its_answer(make_runner, add_domain)
         "llm.credit(True, calls=[0])",
         "llm.credit(False)",
         "errors = []",
-        "for keep, calls in (([True], None), ('yes', None), (True, [9]), (True, [-1])):",
+        "for keep, calls in (([True], None), ('yes', None), (True, [9]), (True, [-1]), (True, [range(1)])):",
         "    try:",
         "        llm.credit(keep, calls=calls)",
         "    except LLMError as exc:",
@@ -448,9 +448,8 @@ def test_a_harness_says_which_calls_produced_its_answer(make_runner, add_domain)
     assert r.error is None
     assert [c.credit for c in r.calls] == [True, True, False, True, False, False]
     made, *errors = r.answer.split(" | ")
-    assert made == "6" and len(errors) == 4
-    assert "one bool per sample" in errors[0] and "one bool per sample" in errors[1]
-    assert "indices of this rollout's 6 model calls" in errors[2] and "6 model calls" in errors[3]
+    assert made == "6" and len(errors) == 5
+    assert all("keep must be a bool" in e and "this rollout's 6 model calls" in e for e in errors)
     said = body("return llm.chat([{'role': 'user', 'content': 'x'}])")
     [plain] = runner.run([RolloutJob(add_domain.tasks[0], harness(said), 0)])
     assert plain.calls[0].credit is None and "credit" not in plain.to_json()["calls"][0]

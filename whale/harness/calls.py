@@ -122,7 +122,10 @@ def apply_credit(msg: dict[str, Any], calls: list[ModelCall]) -> str | None:
     ok = isinstance(index, list) and isinstance(keep, list) and len(index) == len(keep)
     ok = ok and all(type(i) is int and 0 <= i < len(calls) for i in index)
     if not ok or not all(type(k) is bool for k in keep):
-        return f"llm.credit: calls must be indices of this rollout's {len(calls)} model calls, a bool each"
+        return (
+            f"llm.credit: keep must be a bool, or one bool per call credited (the last llm.chat's samples, "
+            f"or the indices in calls, of this rollout's {len(calls)} model calls)"
+        )
     for i, k in zip(index, keep, strict=True):
         calls[i].credit = k
     return None

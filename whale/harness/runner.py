@@ -379,9 +379,8 @@ class RolloutRunner:
             # clock: a harness spinning on refused calls is computing, not making progress.
             message = f"rollout exceeded {cap} tool calls"
             if len(calls) == cap:
-                refused = ToolCall(str(msg.get("name"))[:100], [], {}, error=message)
-                calls.append(refused)
-                refused.after_calls = len(w.rollout.calls)
+                name, made = str(msg.get("name"))[:100], len(w.rollout.calls)
+                calls.append(ToolCall(name, [], {}, error=message, after_calls=made))
             self._send(w, {"op": "error", "message": message})
             return
         w.tool_name, w.tool_began = str(msg.get("name"))[:100], time.monotonic()

@@ -176,11 +176,10 @@ class LLMProxy:
         made, last = self._calls
         index = list(range(last, made) if calls is None else calls)
         flags = keep if isinstance(keep, list) else [keep] * len(index)
-        if not all(isinstance(k, bool) for k in flags) or len(flags) != len(index):
-            raise LLMError("llm.credit: keep must be a bool, or one bool per sample of the last llm.chat")
-        if not all(isinstance(i, int) and 0 <= i < made for i in index):
-            raise LLMError(f"llm.credit: calls must be indices of this rollout's {made} model calls")
-        self._channel.send({"op": "credit", "calls": index, "keep": flags})
+        try:
+            self._channel.send({"op": "credit", "calls": index, "keep": flags})  # the parent checks them
+        except (TypeError, ValueError) as exc:
+            raise LLMError(f"llm.credit arguments are not serialisable: {exc}") from None
         reply = self._channel.recv()
         if reply["op"] == "error":
             raise LLMError(reply["message"])

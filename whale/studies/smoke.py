@@ -60,12 +60,12 @@ def smoke(
     studies: list[Study], docs: Path, out: Path, console: Console, tiny: tuple[str, ...] = TINY
 ) -> list[tuple[SmokeRun, str]]:
     """Run each distinct run tiny into `out`/<code version>; (run, 'ok' or 'failed: <why>') for each."""
-    runs = distinct_runs(studies, docs)
+    runs, version = distinct_runs(studies, docs), code_version()
     results = []
     for i, run in enumerate(runs, 1):
         try:
             cfg = method_config(load_config(run.preset, None, [*run.overrides, *tiny]), run.method, 0)
-            ensure_run(cfg, out / code_version() / run.folder, Console(quiet=True))
+            ensure_run(cfg, out / version / run.folder, Console(quiet=True))
             status = "ok"
         except Exception as exc:  # noqa: BLE001 - a broken path is what this looks for; the rest go on
             status = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
