@@ -4,7 +4,8 @@
         [--dtypes float32,bfloat16]
 
 Each round runs, in turn, every engine kind in float32 and in bfloat16 (one engine built per pair, start-up
-timed, closed after) on the math seed harness, 32 tasks x 8 samples, then transformers' `generate` with
+timed, closed after) on the math seed harness, 32 tasks x 8 samples (for vLLM also its own `LLM.generate`
+with n=8 on the same first prompts, without whale's runner), then transformers' `generate` with
 `num_return_sequences=8` on the same first-call prompts in both dtypes. Pairs alternate within a round so
 drift in the machine's load falls on all of them. The mean reward is kept beside the speed, and the CPU
 flags are recorded: bfloat16 is only fast where AVX512_BF16 or AMX exist.
@@ -22,7 +23,7 @@ import torch
 
 from whale.bench.machine import machine_facts
 from whale.bench.settings import FULL, SEED
-from whale.bench.workload_bench import run_concurrency, run_engine, run_generate
+from whale.bench.workload_bench import run_concurrency, run_engine, run_generate, run_vllm_alone
 from whale.core.config import DomainConfig, EngineConfig
 from whale.core.provenance import code_version
 from whale.domains.registry import build_domain
@@ -58,6 +59,7 @@ def main() -> None:
     tasks = domain.splits()["search"]
     workers, max_batch = run_concurrency()
     result = {"commit": code_version(), "machine": machine_facts(model), "runs": [], "generate": []}
+    result["vllm_alone"] = []
 
     def save(record: dict) -> None:
         print(json.dumps({k: v for k, v in record.items() if k != "first_prompts"}), flush=True)
@@ -73,6 +75,11 @@ def main() -> None:
                 startup = time.perf_counter() - start
                 try:
                     run = run_engine(engine, domain, tasks, FULL, workers)
+                    if kind == "vllm":
+                        alone = run_vllm_alone(engine, run["first_prompts"], FULL)
+                        alone.update(dtype=dtype, round=round_)
+                        result["vllm_alone"].append(alone)
+                        save(alone)
                 finally:
                     if hasattr(engine, "close"):
                         engine.close()

@@ -230,6 +230,13 @@ def print_tables(result: dict[str, Any], console: Any) -> None:
                 str(r["generated_tokens"]), _f(r["tokens_per_s"]), str(r["prompt_tokens"]),
                 str(r["prompt_tokens_computed"]), f"{r['vs_generate']:.2f}x",
             )  # fmt: skip
+        if "vllm_alone" in d:
+            a = d["vllm_alone"]
+            table.add_row(
+                name, a["kind"], "", str(d["prompts"] * wl["k"]), "", _f(a["wall_s"], 2),
+                str(a["generated_tokens"]), _f(a["tokens_per_s"]), "", str(a["prompt_tokens_computed"]),
+                f"{a['vs_generate']:.2f}x",
+            )  # fmt: skip
         g = d["generate"]
         table.add_row(
             name, "transformers.generate", "", str(d["prompts"] * wl["k"]), "", _f(g["wall_s"], 2),

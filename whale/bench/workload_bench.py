@@ -100,6 +100,36 @@ def run_engine(
     }
 
 
+def run_vllm_alone(engine: Any, prompts: list[list[int]], settings: BenchSettings) -> dict[str, Any]:
+    """vLLM's own `LLM.generate` on the runner's first prompts, k samples each by `n`, warmed as the
+    runner's run is (one sample of each first): what the engine gives without whale's runner, so that the
+    runner's share of the gap to a target is measured, not guessed."""
+    from whale.core.config import Config
+
+    s = Config().sampling
+    inputs = [{"prompt_token_ids": p} for p in prompts]
+
+    def params(n: int) -> Any:
+        return engine.vllm.SamplingParams(
+            n=n, seed=SEED, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or -1,
+            max_tokens=min(s.max_tokens, settings.workload_max_tokens),
+        )  # fmt: skip
+
+    engine.llm.generate(inputs, params(1), use_tqdm=False)
+    start = time.perf_counter()
+    outputs = engine.llm.generate(inputs, params(settings.workload_k), use_tqdm=False)
+    wall = time.perf_counter() - start
+    tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+    return {
+        "kind": "vllm alone (LLM.generate, n=k)",
+        "samples": sum(len(o.outputs) for o in outputs),
+        "wall_s": wall,
+        "generated_tokens": tokens,
+        "tokens_per_s": tokens / wall,
+        "prompt_tokens_computed": sum(len(o.prompt_token_ids) - (o.num_cached_tokens or 0) for o in outputs),
+    }
+
+
 def run_generate(
     model: Any, tokenizer: Any, prompts: list[list[int]], settings: BenchSettings
 ) -> dict[str, Any]:
@@ -158,6 +188,7 @@ def bench_workload(
     domains = {name: build_domain(DomainConfig(name=name, seed=SEED, sizes=sizes)) for name in DOMAINS}
     tasks = {name: d.splits()["search"][: settings.workload_tasks] for name, d in domains.items()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in DOMAINS}
+    alone: dict[str, dict[str, Any]] = {}  # vLLM without whale's runner, where vLLM is measured
     for kind in kinds:
         start = time.perf_counter()
         engine = build_engine(EngineConfig(kind=kind), model, tokenizer, max_batch=max_batch)
@@ -167,6 +198,8 @@ def bench_workload(
                 log(f"workload: {name}, {len(tasks[name])} tasks x {settings.workload_k}, engine {kind}")
                 run = run_engine(engine, domain, tasks[name], settings, workers)
                 runs[name].append({"kind": kind, "startup_s": startup, **run})
+                if kind == "vllm":
+                    alone[name] = run_vllm_alone(engine, run["first_prompts"], settings)
         finally:
             if hasattr(engine, "close"):
                 engine.close()
@@ -181,6 +214,9 @@ def bench_workload(
         result[name] = {
             "tasks": len(tasks[name]), "prompts": len(prompts), "runs": runs[name], "generate": baseline,
         }  # fmt: skip
+        if name in alone:
+            alone[name]["vs_generate"] = alone[name]["tokens_per_s"] / baseline["tokens_per_s"]
+            result[name]["vllm_alone"] = alone[name]
     return {
         "k": settings.workload_k,
         "max_tokens": settings.workload_max_tokens,
