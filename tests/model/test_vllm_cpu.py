@@ -254,8 +254,8 @@ def test_a_repeated_prompt_reuses_the_prefix_cache_and_survives_eviction(vllm_en
 
 
 def test_vllm_alone_samples_k_per_first_prompt_from_a_warm_cache_and_leaves_the_engine_usable(vllm_engine):
-    """The bench's row without whale's runner: vLLM's own generate with n=k on prompts it has seen once
-    (as the runner's timed run has), counted from vLLM's outputs; whale's engine serves as before after."""
+    """The bench's row without whale's runner: vLLM's own generate with n=k, counted from vLLM's outputs;
+    whale's engine serves as before after."""
     from whale.bench.settings import QUICK
     from whale.bench.workload_bench import run_vllm_alone
 
@@ -266,7 +266,6 @@ def test_vllm_alone_samples_k_per_first_prompt_from_a_warm_cache_and_leaves_the_
     assert 0 < alone["generated_tokens"] <= len(prompts) * QUICK.workload_k * QUICK.workload_max_tokens
     assert alone["samples"] == len(prompts) * QUICK.workload_k
     assert alone["tokens_per_s"] == pytest.approx(alone["generated_tokens"] / alone["wall_s"])
-    assert alone["prompt_tokens_computed"] < sum(map(len, prompts)) / 2  # the warm-up cached the prompts
     assert not vllm_engine.busy
     after = vllm_engine.generate([GenerationRequest([{"role": "user", "content": "Hi"}], GREEDY)], seed=0)
     assert after[0].completion_ids == before[0].completion_ids
