@@ -253,7 +253,7 @@ def test_a_repeated_prompt_reuses_the_prefix_cache_and_survives_eviction(vllm_en
     assert evicted.completion_ids == first.completion_ids
 
 
-def test_vllm_alone_samples_k_per_first_prompt_from_a_warm_cache_and_leaves_the_engine_usable(vllm_engine):
+def test_vllm_alone_samples_k_per_prompt_and_leaves_the_engine_usable(vllm_engine):
     """The bench's row without whale's runner: vLLM's own generate with n=k, counted from vLLM's outputs;
     whale's engine serves as before after."""
     from whale.bench.settings import QUICK
