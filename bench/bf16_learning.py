@@ -1,5 +1,6 @@
-"""What bfloat16 does to what a run learns: `whale run --preset default` in float32 and in bfloat16 (engine
-and trainer), each seed's two runs in lockstep so that they differ by the dtype alone, `--jobs` at a time.
+"""What bfloat16 does to what a run learns: `whale run --preset default` in float32 and in bfloat16 (the
+fast engine and the trainer), each seed's two runs in lockstep so that they differ by the dtype alone,
+`--jobs` at a time.
 
     python bench/bf16_learning.py --out docs/bench/DATE-bf16-learning.json --runs DIR [--seeds 0,1,2]
         [--jobs 2] [--preset default] [--set key=value ...]
@@ -23,24 +24,22 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from whale.bench.machine import cpu_model_and_flags
-from whale.core.provenance import SIMD_FLAGS, code_version
+from whale.bench.end_to_end import variant_sets
+from whale.core.provenance import code_version, machine
 from whale.run.summary import best_val_point
 from whale.studies.compare import load_run_data, paired_seeds, verdict
 
-DTYPE_SETS = {
-    "float32": [],
-    "bfloat16": ["engine.dtype=bfloat16", "engine.vllm.dtype=bfloat16", "weights.dtype=bfloat16"],
-}
+DTYPES = ("float32", "bfloat16")
 
 
 def run_one(folder: Path, preset: str, seed: int, dtype: str, sets: list[str], threads: int) -> None:
-    if (folder / "state.json").exists() and json.loads((folder / "state.json").read_text()).get("finished"):
+    state = folder / "state.json"
+    resume = state.exists()
+    if resume and json.loads(state.read_text()).get("finished"):
         return
-    resume = (folder / "state.json").exists()
     command = [sys.executable, "-m", "whale.cli", "run"]
     command += ["--resume", str(folder)] if resume else ["--preset", preset, "--out", str(folder)]
-    overrides = [f"seed={seed}", "runner.lockstep=true", *DTYPE_SETS[dtype], *sets]
+    overrides = [f"seed={seed}", "runner.lockstep=true", *variant_sets(f"fast:{dtype}"), *sets]
     if not resume:
         command += [a for s in overrides for a in ("--set", s)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -70,25 +69,24 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     args.runs.mkdir(parents=True, exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
-    plan = [(args.runs / f"{dtype}-seed{seed}", seed, dtype) for seed in seeds for dtype in DTYPE_SETS]
+    plan = [(args.runs / f"{dtype}-seed{seed}", seed, dtype) for seed in seeds for dtype in DTYPES]
     with ThreadPoolExecutor(args.jobs) as pool:
         for done in [pool.submit(run_one, f, args.preset, s, d, args.sets, threads) for f, s, d in plan]:
             done.result()
-    data = {dtype: [load_run_data(f, dtype) for f, _, d in plan if d == dtype] for dtype in DTYPE_SETS}
+    data = {dtype: [load_run_data(f, dtype) for f, _, d in plan if d == dtype] for dtype in DTYPES}
     runs = [
         {"dtype": d.method, "seed": d.seed, "commits": d.commits, "wall_s": d.budget.get("wall_s"),
          **point_scores(d.points)}
-        for dtype in DTYPE_SETS for d in data[dtype]
+        for dtype in DTYPES for d in data[dtype]
     ]  # fmt: skip
     differences = {}
     for pick in ("selected", "last"):
         diff = paired_seeds(data["bfloat16"], data["float32"], pick=pick)
         differences[pick] = {**asdict(diff), "verdict": verdict(diff)}
-    cpu, flags = cpu_model_and_flags()
     result = {
         "what": f"bfloat16 minus float32, whale run --preset {args.preset} in lockstep, test mean@k",
         "commit": code_version(),
-        "machine": {"cpu_model": cpu, "cpu_flags": sorted(flags & set(SIMD_FLAGS)), "cpus": os.cpu_count()},
+        "machine": machine(),
         "overrides": args.sets,
         "runs": runs,
         "differences": differences,

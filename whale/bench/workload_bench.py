@@ -106,15 +106,16 @@ def run_vllm_alone(engine: Any, prompts: list[list[int]], settings: BenchSetting
     runner's share of the gap to a target is measured, not guessed. Prompt tokens computed are not counted:
     vLLM splits a request with n > 1 into n child requests and reports the cache hits of one."""
     from whale.core.config import Config
+    from whale.model.engine import SamplingParams
+    from whale.model.vllm_engine import vllm_sampling_kwargs
 
     s = Config().sampling
+    max_tokens = min(s.max_tokens, settings.workload_max_tokens)
+    sampling = SamplingParams(s.temperature, s.top_p, s.top_k, max_tokens)
     inputs = [{"prompt_token_ids": p} for p in prompts]
 
     def params(n: int) -> Any:
-        return engine.vllm.SamplingParams(
-            n=n, seed=SEED, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or -1,
-            max_tokens=min(s.max_tokens, settings.workload_max_tokens),
-        )  # fmt: skip
+        return engine.vllm.SamplingParams(**{**vllm_sampling_kwargs(sampling, SEED, logprobs=False), "n": n})
 
     engine.llm.generate(inputs, params(1), use_tqdm=False)
     start = time.perf_counter()
