@@ -44,6 +44,13 @@ def test_the_pilot_section_reads_validation_averaged_over_seeds():
     )
 
 
+def test_a_pilot_still_rising_at_its_last_point_is_not_called_flat():
+    a = fake_run("weight-only", [(0, 0.0), (384, 0.1), (768, 0.2), (1152, 0.3)])
+    text = "\n".join(section_pilot(StudySummary(PILOTS[0], {"k": 8}, {"weight-only": [a]})))
+    assert "had not flattened within the pilot's **1152 budget rollouts**" in text
+    assert "flat from here" not in text and "It has flattened" not in text
+
+
 def finished_pilot_summary(docs: Path, pilot, curve: list[tuple[int, float]], edition: int = EDITION) -> None:
     runs = []
     for seed in range(pilot.seeds):

@@ -236,12 +236,20 @@ def section_pilot(s: StudySummary) -> list[str]:
     runs = sorted(s.runs["weight-only"], key=lambda r: r.seed)
     curve, test = mean_curve(runs, "val"), mean_curve(runs, "test")
     at = flattened_at(curve)
+    rising = at == curve[-1][0] and len(curve) > 1  # "flat" from the last point on says nothing
     rows = [
         [f"{rollouts:.0f}", f"{value:.3f}"]
         + [f"{r.points[i]['val']['mean']:.3f}" for r in runs]
-        + [f"{test[i][1]:.3f}", "flat from here" if rollouts == at else ""]
+        + [f"{test[i][1]:.3f}", "flat from here" if rollouts == at and not rising else ""]
         for i, (rollouts, value) in enumerate(curve)
     ]
+    shape = (
+        f"It rose by more than {FLAT:.2f} up to its last point, so it had not flattened within the pilot's "
+        f"**{at:.0f} budget rollouts**, the most the edition gives it."
+        if rising
+        else f"It has flattened at the first point after which it never rises by more than {FLAT:.2f}: "
+        f"**{at:.0f} budget rollouts**."
+    )
     use = (
         "The rate pick below reads this rate's runs up to "
         f"{pilot_budget(s)} budget rollouts (never below the preset's budget)."
@@ -257,10 +265,8 @@ def section_pilot(s: StudySummary) -> list[str]:
         "",
     ]
     return [
-        f"Budget pilot ({s.study.name}): weight-only's seed-mean validation mean@{s.k}. It has flattened "
-        f"at the first point after which it never rises by more than {FLAT:.2f}: **{at:.0f} budget "
-        f"rollouts**. {use} Each seed's validation curve and the test curve are beside it, so a collapse "
-        "shows as one.",
+        f"Budget pilot ({s.study.name}): weight-only's seed-mean validation mean@{s.k}. {shape} {use} Each "
+        "seed's validation curve and the test curve are beside it, so a collapse shows as one.",
         "",
         md_table(head, rows),
         "",
