@@ -30,3 +30,14 @@ def test_parts_land_in_the_innermost_unit_and_walls_do_not_double_count() -> Non
     step_wall = spent(before, after, "test step", "wall")
     assert 0.03 <= step_wall < 0.075  # its nested evaluation (0.05 s) is not in it
     assert spent(before, after, "test eval", "wall") >= 0.07
+
+
+def test_counts_land_in_the_innermost_unit_beside_its_seconds() -> None:
+    before = timing.snapshot()
+    with timing.unit("test eval"):
+        timing.counted("workers started", 3)
+        with timing.unit("test step"):
+            timing.counted("workers started")
+    after = timing.snapshot()
+    assert spent(before, after, "test eval", "workers started") == 3
+    assert spent(before, after, "test step", "workers started") == 1

@@ -12,6 +12,7 @@ import pytest
 from conftest import AddDomain, AddToolbox
 
 from tests.processes import group_alive
+from whale.core import timing
 from whale.harness.calls import RolloutJob, RunnerLimits, apply_credit, conversation_key
 from whale.harness.records import HarnessCandidate, ModelCall, Rollout
 from whale.harness.runner import RolloutRunner
@@ -131,6 +132,7 @@ def test_a_worker_never_carries_one_splits_tasks_to_another(fake_engine):
 
     runner._take_worker = recording_take
     seed = harness(domain.seed_harness(), "a")
+    started = timing.snapshot().get(timing.OUTSIDE, {}).get("workers started", 0)
     try:
         for order in ([0, 1], [0, 1], [2, 3], [4, 4]):  # search twice, test, both
             rollouts = runner.run([RolloutJob(domain.tasks[i], seed, s) for i in order for s in range(2)])
@@ -141,6 +143,7 @@ def test_a_worker_never_carries_one_splits_tasks_to_another(fake_engine):
     assert all(len(o) == 1 for o in owners), served  # each worker kept to one split
     assert sorted(next(iter(o)).split(":")[0] for o in owners) == ["search", "search+test", "test"]
     assert max(len(o) for o in served.values()) == 8  # and reused within it, across run() calls
+    assert timing.snapshot()[timing.OUTSIDE]["workers started"] - started == len(served) == 3  # counted
 
 
 class HeldToolbox(AddToolbox):

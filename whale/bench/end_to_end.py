@@ -59,6 +59,7 @@ def split_wall(run: Path, wall: float) -> dict[str, Any]:
         p = last["parts_s"].get(label, {})
         entry = {"wall_s": p.get("wall", 0.0), "rollouts": budget[spent] if spent else 0}
         entry.update({k: p.get(k, 0.0) for k in PARTS})
+        entry["workers started"] = int(p.get("workers started", 0))
         # vLLM's weight sync runs when the first request of new weights is submitted, inside rollouts
         entry["sandbox and tools"] = p.get("rollouts", 0.0) - p.get("engine", 0.0) - p.get("weight sync", 0.0)
         entry["other"] = entry["wall_s"] - sum(entry[k] for k in (*PARTS, "sandbox and tools"))
@@ -95,21 +96,27 @@ def variant_sets(variant: str) -> list[str]:
     return [f"engine.kind={kind}", f"{engine_dtype}={dtype}", f"weights.dtype={dtype}"]
 
 
-def one_run(kind: str, preset: str, sets: list[str], out: Path) -> dict[str, Any]:
-    command = [sys.executable, "-m", "whale.cli", "run", "--preset", preset, "--out", str(out)]
+def one_run(
+    kind: str, preset: str, sets: list[str], out: Path, python: str = sys.executable, root: Path = ROOT
+) -> dict[str, Any]:
+    """One `whale run` of the checkout at `root` with its interpreter `python` (another worktree's, to time
+    an older commit); a run from before whale.core.timing has no parts, and one from before the start
+    event said its compute has none."""
+    command = [python, "-m", "whale.cli", "run", "--preset", preset, "--out", str(out)]
     command += [a for s in (*variant_sets(kind), *sets) for a in ("--set", s)]
     start = time.monotonic()
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(command, cwd=root, capture_output=True, text=True)
     wall = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"{kind}: whale run failed:\n{proc.stderr[-2000:]}")
     points = [json.loads(line) for line in (out / "evals.jsonl").read_text().splitlines()]
     start_event = json.loads((out / "events.jsonl").read_text().splitlines()[0])
+    timed = "parts_s" in (out / "evals.jsonl").read_text()
     return {
         "kind": kind,
         "wall_s": round(wall, 1),
-        "compute": start_event["compute"],
-        "parts": split_wall(out, wall),
+        "compute": start_event.get("compute"),
+        "parts": split_wall(out, wall) if timed else None,
         "test": [(p["rollouts"], p["test"]["mean"]) for p in points],
         "budget_rollouts": points[-1]["rollouts"],
     }

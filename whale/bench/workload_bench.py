@@ -40,7 +40,7 @@ def run_concurrency() -> tuple[int, int]:
     return cfg.runner.workers, cfg.model.max_batch
 
 
-def _runner(engine: Any, domain: Any, settings: BenchSettings, workers: int) -> Any:
+def _runner(engine: Any, domain: Any, settings: BenchSettings, workers: int, lockstep: bool = False) -> Any:
     from whale.core.config import Config
     from whale.harness.calls import RunnerLimits
     from whale.harness.runner import RolloutRunner
@@ -48,7 +48,7 @@ def _runner(engine: Any, domain: Any, settings: BenchSettings, workers: int) -> 
 
     s = Config().sampling
     sampling = SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens)
-    limits = RunnerLimits(workers=workers, max_tokens_cap=settings.workload_max_tokens)
+    limits = RunnerLimits(workers=workers, max_tokens_cap=settings.workload_max_tokens, lockstep=lockstep)
     return RolloutRunner(engine, domain, sampling, limits, seed=SEED)
 
 
@@ -62,17 +62,26 @@ def _prompt_counters(engine: Any) -> tuple[int, int] | None:
 
 
 def run_engine(
-    engine: Any, domain: Any, tasks: list[Any], settings: BenchSettings, workers: int
+    engine: Any,
+    domain: Any,
+    tasks: list[Any],
+    settings: BenchSettings,
+    workers: int,
+    lockstep: bool = False,
+    before_timing: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """One engine on one domain's workload: warmed by one rollout per task, then tasks x k timed, with at
-    most `workers` rollouts at once."""
+    most `workers` rollouts at once (in lockstep: the engine steps only once every started rollout waits
+    on it, so requests arrive together). `before_timing` runs between the two, with the workers up."""
     from whale.harness.calls import RolloutJob
     from whale.harness.records import HarnessCandidate
 
     harness = HarnessCandidate("seed", domain.seed_harness())
-    runner = _runner(engine, domain, settings, workers)
+    runner = _runner(engine, domain, settings, workers, lockstep)
     try:
         runner.run([RolloutJob(t, harness, 0, salt="warm-up") for t in tasks])
+        if before_timing is not None:
+            before_timing()
         before_tokens, before_prompt = engine.tokens_generated, _prompt_counters(engine)
         jobs = [RolloutJob(t, harness, j) for t in tasks for j in range(settings.workload_k)]
         start = time.perf_counter()

@@ -5,7 +5,9 @@ The run stamps a snapshot into every record, so a bench or a person can split th
 timers threaded through every call. A unit's "wall" excludes the units nested in it (an evaluation taken
 inside a weight step counts as evaluation); a part counts in the innermost unit around it. Parts nest:
 "rollouts" contains "engine" and vLLM's "weight sync" (the rest is sandbox, IPC and tools). Work in
-other processes (Ray actors) is not seen here.
+other processes (Ray actors) is not seen here. Beside the seconds, a unit keeps counts of events that cost
+time elsewhere (`counted`): "workers started", each a fresh sandbox process of about 0.1 CPU seconds that
+competes with the engine for the cores.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ def timed(part: str) -> Iterator[None]:
         yield
     finally:
         TOTALS[label][part] += time.perf_counter() - start
+
+
+def counted(part: str, n: int = 1) -> None:
+    """Add `n` to a count kept in the innermost unit, beside its seconds."""
+    TOTALS[_units[-1][0] if _units else OUTSIDE][part] += n
 
 
 def restart(before: dict[str, dict[str, float]]) -> None:

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from whale.core.timing import timed
+from whale.core.timing import counted, timed
 from whale.harness.calls import (
     RolloutJob,
     RunnerLimits,
@@ -176,6 +176,7 @@ class RolloutRunner:
         return not self.limits.lockstep or (started and all(w.request is not None for _, w in busy.values()))
 
     def _spawn(self) -> WorkerProcess:
+        counted("workers started")
         return spawn_worker(self.limits.memory_mb, self.limits.cpu_s)
 
     def _take_worker(self, owner: str) -> WorkerProcess:
