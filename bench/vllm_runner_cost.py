@@ -2,13 +2,15 @@
 ways by one vLLM engine, with the CPU seconds of each kind of process beside the wall.
 
     python bench/vllm_runner_cost.py --out docs/bench/DATE-vllm-runner-cost.json [--rounds 2]
-        [--dtype float32]
+        [--dtype float32] [--variants 'runner;runner, workers up;alone, seeded']
 
 - `runner`: whale's RolloutRunner as a run drives it (each call submitted when its harness makes it);
 - `runner, prompts cached`: the same with vLLM's prefix cache still holding the warm-up's prompts, as
   `whale bench` and bench/engine_dtypes.py time it (a run's evaluation meets new prompts);
 - `runner, lockstep`: vLLM steps only once every started rollout waits on it, so the requests arrive
   together as in one `generate`;
+- `runner, workers up`: warmed with enough rollouts to start every sandbox worker the timed part uses
+  (the others start most of theirs while vLLM decodes, as a run's evaluation does);
 - `runner, workers at nice 19`: the harness workers yield the cores to vLLM's threads;
 - `runner, vLLM at nice -10`: vLLM's processes first (root only; a diagnosis, not a setting);
 - `alone, seeded`: vLLM's `LLM.generate` on the runner's first prompts, each repeated k times with a seed
@@ -38,6 +40,7 @@ from whale.bench.settings import FULL, SEED
 from whale.bench.workload_bench import run_concurrency, run_engine
 from whale.core.config import Config, DomainConfig, EngineConfig
 from whale.core.provenance import code_version
+from whale.core.timing import snapshot
 from whale.domains.registry import build_domain
 from whale.model.backends import build_engine
 from whale.model.engine import SamplingParams
@@ -113,10 +116,15 @@ def alone(engine: Any, prompts: list[list[int]], k: int, seeded: bool) -> tuple[
     return wall, sum(len(c.token_ids) for o in outputs for c in o.outputs), cpu_split(before, cpu_seconds())
 
 
+def started() -> int:
+    """Sandbox workers this process has started so far (whale.core.timing counts them)."""
+    return int(sum(parts.get("workers started", 0) for parts in snapshot().values()))
+
+
 def through_runner(engine: Any, domain: Any, tasks: list[Any], variant: str) -> tuple[dict[str, Any], dict]:
     """One runner variant: its run_engine record and the CPU split of its timed part."""
     workers, _ = run_concurrency()
-    readings: list[dict] = []
+    readings: list[Any] = []
 
     def before_timing() -> None:
         if variant.endswith("nice 19"):
@@ -125,10 +133,13 @@ def through_runner(engine: Any, domain: Any, tasks: list[Any], variant: str) -> 
             set_nice(GROUPS[1], -10)
         if not variant.endswith("cached"):
             engine.llm.reset_prefix_cache()
-        readings.append(cpu_seconds())
+        readings.extend([cpu_seconds(), started()])
 
+    warm_k = -(-workers // len(tasks)) if variant.endswith("workers up") else 1
     try:
-        run = run_engine(engine, domain, tasks, FULL, workers, variant.endswith("lockstep"), before_timing)
+        lockstep = variant.endswith("lockstep")
+        run = run_engine(engine, domain, tasks, FULL, workers, lockstep, before_timing, warm_k)
+        run["workers started"] = started() - readings[1]
         return run, cpu_split(readings[0], cpu_seconds())
     finally:
         set_nice(GROUPS[1], 0)
@@ -138,6 +149,7 @@ VARIANTS = (
     "runner",
     "runner, prompts cached",
     "runner, lockstep",
+    "runner, workers up",
     "runner, workers at nice 19",
     "runner, vLLM at nice -10",
     "alone, seeded",
@@ -150,7 +162,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--variants", default=";".join(VARIANTS), help="a ';'-separated subset, in order")
     args = parser.parse_args()
+    variants = [v.strip() for v in args.variants.split(";") if v.strip()]
+    if unknown := set(variants) - set(VARIANTS):
+        raise SystemExit(f"--variants: unknown {sorted(unknown)} (known: {'; '.join(VARIANTS)})")
     model, tokenizer = load_model("embedded", SEED)
     model.eval()
     sizes = {"train": 1, "search": FULL.workload_tasks, "val": 1, "test": 1}
@@ -163,15 +179,17 @@ def main() -> None:
     prompts: list[list[int]] = []
     try:
         for round_ in range(args.rounds):
-            for variant in VARIANTS:
+            for variant in variants:
                 if variant.startswith("runner"):
                     run, cpu = through_runner(engine, domain, tasks, variant)
                     prompts = prompts or run["first_prompts"]
                     wall, tokens = run["wall_s"], run["generated_tokens"]
+                    extra = {"workers started": run["workers started"]}
                 else:
                     wall, tokens, cpu = alone(engine, prompts, FULL.workload_k, variant.endswith("seeded"))
+                    extra = {}
                 record = {"round": round_, "variant": variant, "wall_s": round(wall, 2), "tokens": tokens,
-                          "tokens_per_s": round(tokens / wall, 1), "cpu_s": cpu}  # fmt: skip
+                          "tokens_per_s": round(tokens / wall, 1), "cpu_s": cpu, **extra}  # fmt: skip
                 result["runs"].append(record)
                 print(json.dumps(record), flush=True)
                 args.out.parent.mkdir(parents=True, exist_ok=True)

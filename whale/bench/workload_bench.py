@@ -69,17 +69,19 @@ def run_engine(
     workers: int,
     lockstep: bool = False,
     before_timing: Callable[[], None] | None = None,
+    warm_k: int = 1,
 ) -> dict[str, Any]:
-    """One engine on one domain's workload: warmed by one rollout per task, then tasks x k timed, with at
-    most `workers` rollouts at once (in lockstep: the engine steps only once every started rollout waits
-    on it, so requests arrive together). `before_timing` runs between the two, with the workers up."""
+    """One engine on one domain's workload: warmed by `warm_k` rollouts per task (which start as many
+    sandbox workers, up to `workers`), then tasks x k timed, with at most `workers` rollouts at once (in
+    lockstep: the engine steps only once every started rollout waits on it, so requests arrive together).
+    `before_timing` runs between the two, with the workers up."""
     from whale.harness.calls import RolloutJob
     from whale.harness.records import HarnessCandidate
 
     harness = HarnessCandidate("seed", domain.seed_harness())
     runner = _runner(engine, domain, settings, workers, lockstep)
     try:
-        runner.run([RolloutJob(t, harness, 0, salt="warm-up") for t in tasks])
+        runner.run([RolloutJob(t, harness, j, salt="warm-up") for t in tasks for j in range(warm_k)])
         if before_timing is not None:
             before_timing()
         before_tokens, before_prompt = engine.tokens_generated, _prompt_counters(engine)
