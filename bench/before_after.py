@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from whale.studies.compare import load_run_data, paired_seeds, verdict
 BEFORE = "before"
 
 
-def run_or_reuse(label: str, folder: Path, make: Any) -> dict[str, Any]:
+def run_or_reuse(label: str, folder: Path, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     record = folder.parent / f"{folder.name}.json"
     if record.exists():
         return json.loads(record.read_text())
@@ -59,13 +61,13 @@ def main() -> None:
     for seed in seeds:
         sets = [f"seed={seed}", *args.sets]
         folder = args.runs / f"{BEFORE}-seed{seed}"
-        made = run_or_reuse(f"{BEFORE} seed {seed}", folder, lambda f=folder, s=sets: one_run(
-            "fast", args.preset, s, f, python=before_python, root=args.before))  # fmt: skip
+        before = partial(one_run, "fast", args.preset, sets, folder, python=before_python, root=args.before)
+        made = run_or_reuse(f"{BEFORE} seed {seed}", folder, before)
         runs.append({"variant": BEFORE, "seed": seed, "folder": str(folder), **made})
         for kind in kinds:
             folder = args.runs / f"{kind.replace(':', '-')}-seed{seed}"
-            made = run_or_reuse(f"{kind} seed {seed}", folder, lambda f=folder, k=kind, s=sets: one_run(
-                k, args.preset, s, f))  # fmt: skip
+            after = partial(one_run, kind, args.preset, sets, folder)
+            made = run_or_reuse(f"{kind} seed {seed}", folder, after)
             runs.append({"variant": kind, "seed": seed, "folder": str(folder), **made})
     walls = {(r["variant"], r["seed"]): r["wall_s"] for r in runs}
     folders = {v: [Path(r["folder"]) for r in runs if r["variant"] == v] for v in [BEFORE, *kinds]}

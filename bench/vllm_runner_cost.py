@@ -37,15 +37,13 @@ import psutil
 
 from whale.bench.machine import machine_facts
 from whale.bench.settings import FULL, SEED
-from whale.bench.workload_bench import run_concurrency, run_engine
-from whale.core.config import Config, DomainConfig, EngineConfig
+from whale.bench.workload_bench import run_concurrency, run_engine, vllm_workload_params
+from whale.core.config import DomainConfig, EngineConfig
 from whale.core.provenance import code_version
 from whale.core.timing import snapshot
 from whale.domains.registry import build_domain
 from whale.model.backends import build_engine
-from whale.model.engine import SamplingParams
 from whale.model.loading import load_model
-from whale.model.vllm_engine import vllm_sampling_kwargs
 
 GROUPS = ("this process", "vLLM processes", "other children")
 
@@ -96,12 +94,7 @@ def set_nice(group: str, value: int) -> None:
 def alone(engine: Any, prompts: list[list[int]], k: int, seeded: bool) -> tuple[float, int, dict[str, float]]:
     """(wall, generated tokens, CPU split) of one `LLM.generate` of every prompt k times, warmed once and
     then timed on a cold prefix cache."""
-    s = Config().sampling
-    sampling = SamplingParams(s.temperature, s.top_p, s.top_k, min(s.max_tokens, FULL.workload_max_tokens))
-
-    def params(seed: int, n: int) -> Any:
-        return engine.vllm.SamplingParams(**{**vllm_sampling_kwargs(sampling, seed, logprobs=False), "n": n})
-
+    params = vllm_workload_params(engine, FULL)
     engine.llm.generate([{"prompt_token_ids": p} for p in prompts], params(SEED, 1), use_tqdm=False)
     if seeded:
         inputs = [{"prompt_token_ids": p} for p in prompts for _ in range(k)]

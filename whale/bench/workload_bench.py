@@ -111,11 +111,8 @@ def run_engine(
     }
 
 
-def run_vllm_alone(engine: Any, prompts: list[list[int]], settings: BenchSettings) -> dict[str, Any]:
-    """vLLM's own `LLM.generate` on the runner's first prompts, k samples each by `n`, warmed as the
-    runner's run is (one sample of each first): what the engine gives without whale's runner, so that the
-    runner's share of the gap to a target is measured, not guessed. Prompt tokens computed are not counted:
-    vLLM splits a request with n > 1 into n child requests and reports the cache hits of one."""
+def vllm_workload_params(engine: Any, settings: BenchSettings) -> Callable[[int, int], Any]:
+    """(seed, n) -> vLLM SamplingParams meaning the workload's sampling (whale's defaults, its max_tokens)."""
     from whale.core.config import Config
     from whale.model.engine import SamplingParams
     from whale.model.vllm_engine import vllm_sampling_kwargs
@@ -123,14 +120,23 @@ def run_vllm_alone(engine: Any, prompts: list[list[int]], settings: BenchSetting
     s = Config().sampling
     max_tokens = min(s.max_tokens, settings.workload_max_tokens)
     sampling = SamplingParams(s.temperature, s.top_p, s.top_k, max_tokens)
+
+    def params(seed: int, n: int) -> Any:
+        return engine.vllm.SamplingParams(**{**vllm_sampling_kwargs(sampling, seed, logprobs=False), "n": n})
+
+    return params
+
+
+def run_vllm_alone(engine: Any, prompts: list[list[int]], settings: BenchSettings) -> dict[str, Any]:
+    """vLLM's own `LLM.generate` on the runner's first prompts, k samples each by `n`, warmed as the
+    runner's run is (one sample of each first): what the engine gives without whale's runner, so that the
+    runner's share of the gap to a target is measured, not guessed. Prompt tokens computed are not counted:
+    vLLM splits a request with n > 1 into n child requests and reports the cache hits of one."""
+    params = vllm_workload_params(engine, settings)
     inputs = [{"prompt_token_ids": p} for p in prompts]
-
-    def params(n: int) -> Any:
-        return engine.vllm.SamplingParams(**{**vllm_sampling_kwargs(sampling, SEED, logprobs=False), "n": n})
-
-    engine.llm.generate(inputs, params(1), use_tqdm=False)
+    engine.llm.generate(inputs, params(SEED, 1), use_tqdm=False)
     start = time.perf_counter()
-    outputs = engine.llm.generate(inputs, params(settings.workload_k), use_tqdm=False)
+    outputs = engine.llm.generate(inputs, params(SEED, settings.workload_k), use_tqdm=False)
     wall = time.perf_counter() - start
     tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
     return {

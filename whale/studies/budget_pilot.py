@@ -41,6 +41,11 @@ def flattened_at(curve: list[tuple[float, float]]) -> float:
     return curve[-1][0]
 
 
+def still_rising(curve: list[tuple[float, float]]) -> bool:
+    """Flat only from its last point on, which says nothing: the curve may still be rising."""
+    return len(curve) > 1 and flattened_at(curve) == curve[-1][0]
+
+
 def finished(docs: Path, study: Study) -> StudySummary | None:
     """This edition's complete summary of the study, if there is one (read again only when its file
     changes: a plan asks for the pilots' summaries once per pair of studies)."""
@@ -152,7 +157,7 @@ def flattening_line(s: StudySummary) -> list[str]:
         return []
     curve = mean_curve(s.runs["weight-only"], "val")
     at, end = flattened_at(curve), curve[-1][0]
-    if at == end and len(curve) > 1:
+    if still_rising(curve):
         return [
             f"Weight-only's seed-mean validation curve rose by more than {FLAT:.2f} up to its last point "
             f"({end:.0f} budget rollouts): it may still be rising.",
@@ -236,7 +241,7 @@ def section_pilot(s: StudySummary) -> list[str]:
     runs = sorted(s.runs["weight-only"], key=lambda r: r.seed)
     curve, test = mean_curve(runs, "val"), mean_curve(runs, "test")
     at = flattened_at(curve)
-    rising = at == curve[-1][0] and len(curve) > 1  # "flat" from the last point on says nothing
+    rising = still_rising(curve)
     rows = [
         [f"{rollouts:.0f}", f"{value:.3f}"]
         + [f"{r.points[i]['val']['mean']:.3f}" for r in runs]
