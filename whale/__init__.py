@@ -1,13 +1,14 @@
 """whale: Weight-Harness Alternating LEarning.
 
-Kept import-light on purpose: sandbox workers import `whale.harness.worker`, which must not pull in torch.
+Kept import-light on purpose: every sandbox worker start imports it (twice: the launcher, then the
+worker), so it imports neither torch nor typing.
 """
 
 from __future__ import annotations
 
 from os import PathLike
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from whale.deploy.agent import Agent
 

@@ -75,3 +75,17 @@ def test_a_worker_whose_parent_is_gone_does_not_start() -> None:
     argv[argv.index("--") - 1] = json.dumps({**settings, "parent_pid": 1})  # not our parent
     done = subprocess.run(argv, env=env, capture_output=True, timeout=60, cwd="/")
     assert done.returncode == 125 and done.stdout == b""
+
+
+def test_a_worker_start_imports_only_what_the_launcher_needs() -> None:
+    """Every rollout of a new candidate or split starts a worker, and each start runs the launcher's
+    imports in a fresh interpreter: the parent-side helpers (subprocess) and typing stay out of it."""
+    code = "import sys, whale.harness.launcher; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-s", "-S", "-P", "-c", code], capture_output=True, text=True, timeout=60, cwd="/",
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert "whale.harness.seccomp" in loaded and "ctypes" in loaded
+    assert not loaded & {"subprocess", "typing", "secrets", "pathlib", "platform", "hashlib"}

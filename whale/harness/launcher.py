@@ -20,18 +20,18 @@ import ctypes
 import functools
 import json
 import os
-import secrets
-import subprocess
 import sys
-from pathlib import Path
-from typing import Any
 
 from whale.harness import landlock, seccomp
+
+TYPE_CHECKING = False  # typing itself is not imported: every worker start pays for what this imports
+if TYPE_CHECKING:
+    from typing import Any
 
 NOBODY = 65534
 CLONE_NEWNET = 0x40000000
 SWITCHES = ("WHALE_LANDLOCK", "WHALE_SECCOMP", "WHALE_NETNS")  # "off" disables a layer (for measurement)
-WHALE_ROOT = Path(__file__).resolve().parents[2]  # the folder `import whale` is found in
+WHALE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # holds `whale`
 SYS_EXECVE = 59
 
 
@@ -42,7 +42,7 @@ def worker_command(memory_mb: int, cpu_s: int, one_shot: bool = False) -> tuple[
 
 
 def _command(settings: dict[str, Any], worker: list[str]) -> tuple[list[str], dict[str, str]]:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(WHALE_ROOT)}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": WHALE_ROOT}
     for switch in SWITCHES:
         if os.environ.get(switch):
             env[switch] = os.environ[switch]
@@ -54,6 +54,8 @@ def _command(settings: dict[str, Any], worker: list[str]) -> tuple[list[str], di
 def loaded_files() -> tuple[str, ...]:
     """What a worker's Python reads while it starts (its binary and libraries, each module and its cached
     bytecode): asked once per process of a worker started without any layer, which prints it and exits."""
+    import subprocess  # parent side only, and a worker start need not import it
+
     argv, env = _command({"probe": True, "parent_pid": os.getpid()}, ["--probe"])
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd="/")
     if done.returncode != 0:
@@ -74,7 +76,7 @@ def open_roots() -> dict[str, int]:
     roots = {
         "home": os.path.realpath(sys.base_prefix),
         "bin": os.path.dirname(os.path.realpath(sys.executable)),
-        "whale": str(WHALE_ROOT),
+        "whale": WHALE_ROOT,
     }
     fds = {name: os.open(path, os.O_RDONLY | os.O_DIRECTORY) for name, path in roots.items()}
     for fd in fds.values():
@@ -147,7 +149,7 @@ def install_filter(status: dict[str, Any]) -> int:
     if os.environ.get("WHALE_SECCOMP", "on") == "off":
         status["problems"].append("seccomp disabled by WHALE_SECCOMP=off")
         return 0
-    key = secrets.randbits(64) | 1
+    key = int.from_bytes(os.urandom(8), "little") | 1
     try:
         seccomp.install(exec_key=key)
         status["seccomp"] = True

@@ -17,7 +17,7 @@ architecture, and the x32 ABI, is killed outright.
 from __future__ import annotations
 
 import ctypes
-import platform
+import os
 
 Instruction = tuple[int, int, int, int]  # (code, jump if true, jump if false, k)
 
@@ -119,7 +119,7 @@ def program(allowed: list[int], exec_key: int = 0, ioctl: list[int] | None = Non
 
 
 def supported() -> bool:
-    return platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
+    return os.uname().sysname == "Linux" and os.uname().machine == "x86_64"
 
 
 def install(exec_key: int = 0) -> None:
@@ -127,7 +127,7 @@ def install(exec_key: int = 0) -> None:
     it executes). Raises OSError when the kernel refuses, RuntimeError on an architecture the table does
     not cover."""
     if not supported():
-        raise RuntimeError(f"seccomp filter written for x86-64, not {platform.machine()}")
+        raise RuntimeError(f"seccomp filter written for x86-64, not {os.uname().machine}")
     if not 0 <= exec_key < 1 << 64:
         raise ValueError("the exec key is a 64-bit number")
     code = program(sorted(ALLOWED.values()), exec_key, sorted(IOCTL_REQUESTS.values()))
