@@ -280,30 +280,22 @@ def perturb(module: torch.nn.Module, names: tuple[str, ...], scale: float, seed:
 
 
 def test_weight_syncs_serve_the_new_weights_and_no_stale_cache(vllm_engine, reference, embedded_lora):
-    """After a LoRA hot swap, a merged LoRA reload (the CPU's default) and a full-weight reload, greedy
-    replies equal the reference engine's on the trainer's current weights, for a prompt whose prefix vLLM
-    cached under the old weights."""
+    """After a merged LoRA reload (the CPU's default) and a full-weight reload, greedy replies equal the
+    reference engine's on the trainer's current weights, for a prompt whose prefix vLLM cached under the
+    old weights. Merged, vLLM runs without LoRA slots."""
     model, tokenizer = embedded_lora
     prompt = [GenerationRequest(question(vllm_engine.tokenizer), GREEDY)]
     old = vllm_engine.generate(prompt, seed=0)[0]
     lora_state = {k: v.clone() for k, v in model.state_dict().items() if "lora_" in k}
     assert vllm_engine.merge is True  # lora_serving "auto" on the CPU
+    assert "enable_lora" not in vllm_engine.settings and vllm_engine.core.vllm_config.lora_config is None
     try:
-        vllm_engine.merge = False
-        perturb(model, ("lora_A", "lora_B"), 0.2, seed=1)  # B starts at zero; A from the global RNG
-        vllm_engine.weights_version = "w-lora"
-        swapped = vllm_engine.generate(prompt, seed=0)[0]
-        assert vllm_engine.lora is not None
-        assert swapped.completion_ids == reference.generate(prompt, seed=0)[0].completion_ids
-        assert swapped.completion_ids != old.completion_ids
-
-        vllm_engine.merge = True
-        perturb(model, ("lora_A", "lora_B"), 0.2, seed=3)
+        perturb(model, ("lora_A", "lora_B"), 0.2, seed=3)  # B starts at zero; A from the global RNG
         vllm_engine.weights_version = "w-merged"
         merged = vllm_engine.generate(prompt, seed=0)[0]
         assert vllm_engine.lora is None  # full weights with the adapter added in
         assert merged.completion_ids == reference.generate(prompt, seed=0)[0].completion_ids
-        assert merged.completion_ids not in (swapped.completion_ids, old.completion_ids)
+        assert merged.completion_ids != old.completion_ids
 
         full = copy.deepcopy(model.get_base_model())  # peft's base; its LoRA layers are still inside
         plain = full.__class__(full.config)
@@ -320,15 +312,46 @@ def test_weight_syncs_serve_the_new_weights_and_no_stale_cache(vllm_engine, refe
         expected = HFEngine(plain, tokenizer, max_batch=4).generate(prompt, seed=0)[0]
         assert reloaded.completion_ids == expected.completion_ids != old.completion_ids
     finally:
-        model.load_state_dict(lora_state, strict=False)
-        base = model.get_base_model()
-        restore = base.__class__(base.config)
-        restore.load_state_dict(
-            {k.replace(".base_layer", ""): v for k, v in base.state_dict().items() if "lora_" not in k},
-            strict=True,
-        )
-        restore.name_or_path = base.name_or_path
-        vllm_engine.model, vllm_engine.weights_version = restore, "w-restored"
-        vllm_engine.generate(prompt, seed=0)
-        vllm_engine.model, vllm_engine.weights_version = model, "w-base-lora"
+        restore_base(vllm_engine, model, lora_state, prompt)
     assert vllm_engine.generate(prompt, seed=0)[0].completion_ids == old.completion_ids
+
+
+def restore_base(engine: Any, model: Any, lora_state: dict[str, torch.Tensor], prompt: list) -> None:
+    """Put the module's LoRA model back as it was, and have `engine` serve its base weights again."""
+    model.load_state_dict(lora_state, strict=False)
+    base = model.get_base_model()
+    restore = base.__class__(base.config)
+    restore.load_state_dict(
+        {k.replace(".base_layer", ""): v for k, v in base.state_dict().items() if "lora_" not in k},
+        strict=True,
+    )
+    restore.name_or_path = base.name_or_path
+    engine.model, engine.weights_version = restore, "w-restored"
+    engine.generate(prompt, seed=0)
+    engine.model, engine.weights_version = model, "w-base-lora"
+
+
+def test_an_adapter_hot_swap_serves_the_new_weights(reference, embedded_lora):
+    """LoRA served as an adapter (a GPU's default; `lora_serving: adapter` on the CPU) gets LoRA slots and
+    swaps the trainer's adapter in: greedy replies equal the reference engine's. An engine of its own:
+    the shared one is merged and has no slots."""
+    from whale.core.config import EngineConfig
+    from whale.model.backends import build_engine
+
+    model, tokenizer = embedded_lora
+    settings = {"cpu_kvcache_gib": 1, "max_model_len": 4096, "lora_serving": "adapter"}
+    engine = build_engine(EngineConfig(kind="vllm", vllm=settings), model, tokenizer, 8)
+    prompt = [GenerationRequest(question(tokenizer), GREEDY)]
+    lora_state = {k: v.clone() for k, v in model.state_dict().items() if "lora_" in k}
+    try:
+        assert engine.merge is False and engine.core.vllm_config.lora_config is not None
+        old = engine.generate(prompt, seed=0)[0]
+        perturb(model, ("lora_A", "lora_B"), 0.2, seed=1)
+        engine.weights_version = "w-lora"
+        swapped = engine.generate(prompt, seed=0)[0]
+        assert engine.lora is not None
+        assert swapped.completion_ids == reference.generate(prompt, seed=0)[0].completion_ids
+        assert swapped.completion_ids != old.completion_ids
+    finally:
+        model.load_state_dict(lora_state, strict=False)
+        engine.close()

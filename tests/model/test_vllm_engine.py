@@ -10,16 +10,18 @@ from typing import Any
 
 import pytest
 
-from whale.core.config import ConfigError, EngineConfig, load_config
+from whale.core.config import ConfigError, EngineConfig, VLLMConfig, load_config
 from whale.model.backends import build_engine
 from whale.model.engine import GenerationRequest, SamplingParams, request_seed
 from whale.model.sampling import chat_prompt_ids
 from whale.model.vllm_engine import (
     MISSING,
+    engine_kwargs,
     finish_reason,
     generation_from_output,
     import_vllm,
     lora_slot_rank,
+    merges_lora,
     vllm_sampling_kwargs,
 )
 from whale.run.experiment import Experiment
@@ -127,6 +129,17 @@ def test_lora_slots_fit_the_adapter_rank():
     assert [lora_slot_rank(r) for r in (1, 8, 9, 16, 64, 200)] == [8, 8, 16, 16, 64, 256]
     with pytest.raises(ValueError, match="above vLLM's largest"):
         lora_slot_rank(1024)
+
+
+def test_a_merged_lora_model_gets_no_lora_slots():
+    """On the CPU a LoRA model is served merged unless asked otherwise, and vLLM then gets no LoRA
+    slots (they slow every layer); an adapter, the GPU's default, gets slots of its rank."""
+    assert [merges_lora(VLLMConfig(), cpu) for cpu in (True, False)] == [True, False]
+    assert merges_lora(VLLMConfig(lora_serving="adapter"), cpu=True) is False
+    assert merges_lora(VLLMConfig(lora_serving="merged"), cpu=False) is True
+    assert "enable_lora" not in engine_kwargs(VLLMConfig(), "m", 8, None, cpu=True)
+    slots = engine_kwargs(VLLMConfig(), "m", 8, 16, cpu=False)
+    assert (slots["enable_lora"], slots["max_lora_rank"]) == (True, 16)
 
 
 def test_the_config_selects_vllm_and_validates_its_settings():

@@ -133,6 +133,13 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
+def merges_lora(cfg: VLLMConfig, cpu: bool) -> bool:
+    """Whether a LoRA model is served merged into full weights (the CPU's default) rather than as an
+    adapter. Merged, vLLM gets no LoRA slots: with them every linear layer runs through its LoRA kernels,
+    adapter or not, which made a run's evaluations 1.3x slower on the CPU (docs/performance.md)."""
+    return cfg.lora_serving == "merged" or (cfg.lora_serving == "auto" and cpu)
+
+
 def cpu_environment(cfg: VLLMConfig) -> dict[str, str]:
     """vLLM's CPU settings, set by whale rather than left to vLLM's defaults (docs/performance.md):
     OpenMP threads bound to every core this process may use (vLLM's default keeps one core for its front
@@ -208,7 +215,9 @@ class VLLMEngine:
         self.cpu = on_cpu()
         if self.cpu:
             os.environ.update(cpu_environment(cfg))
-        self.settings = engine_kwargs(cfg, str(model_folder(model)), max_batch, self.rank, self.cpu)
+        self.merge = merges_lora(cfg, self.cpu)
+        slots = None if self.merge else self.rank  # merged weights need no LoRA slots (merges_lora)
+        self.settings = engine_kwargs(cfg, str(model_folder(model)), max_batch, slots, self.cpu)
         # vLLM's processes talk over ZMQ sockets it makes in the temp dir and never removes: give it ours.
         self.ipc = OwnedTempFolder(IPC_PREFIX)
         self._rpc_base_before = os.environ.get("VLLM_RPC_BASE_PATH")
@@ -216,7 +225,6 @@ class VLLMEngine:
         self.llm = vllm.LLM(**self.settings)
         self.core = self.llm.llm_engine
         self.folders = SyncFolders(cfg.sync_dir)
-        self.merge = cfg.lora_serving == "merged" or (cfg.lora_serving == "auto" and self.cpu)
         self.lora: Any = None  # the LoRARequest now served; None: the base weights
         self.weights_version = weights_version  # set by the experiment after each weight step
         self._served = weights_version  # the version vLLM holds now
