@@ -16,7 +16,7 @@ from whale.harness.calls import RunnerLimits
 from whale.harness.records import HarnessCandidate, Rollout
 from whale.harness.runner import RolloutRunner
 from whale.model.engine import SamplingParams
-from whale.run.evaluation import Journal, evaluate_split, weights_digest
+from whale.run.evaluation import SPLITS, Journal, evaluate, evaluate_split, interleaved, weights_digest
 from whale.run.rundir import RunDir, RunState
 
 BARS = partial(track, Console(quiet=True))
@@ -80,3 +80,46 @@ def test_a_commit_drops_the_journals_of_points_it_holds(tmp_path: Path):
     run.commit(RunState(schedule={}, budget={}, eval_points=1), [])
     assert not run.journal_file(0, "val (new weights, old harness)").exists()
     assert run.journal_file(1, "val (new weights, old harness)").exists()  # still being evaluated
+
+
+class DisjointSplits(AddDomain):
+    """Val and test hold different tasks, so a worker of one may not serve the other."""
+
+    def splits(self) -> dict[str, list]:
+        return {"val": self.tasks[:3], "test": self.tasks[3:]}
+
+
+def test_an_evaluation_point_runs_both_splits_at_once_into_their_own_journals(tmp_path: Path):
+    """Val and test go to the runner in one call, interleaved, so each split's workers keep serving
+    their own split: no more workers start than run at once (4, where one call per split started 8).
+    Each split's rollouts, in job order, are the ones its own evaluation draws, and land in its journal."""
+    domain = DisjointSplits()
+    runner = RolloutRunner(
+        FakeEngine(), domain, SamplingParams(temperature=0.7, max_tokens=4), RunnerLimits(workers=4)
+    )
+    spawn, started = runner._spawn, []
+    runner._spawn = lambda: started.append(1) or spawn()
+    harness = HarnessCandidate("c0000", domain.seed_harness())
+    try:
+        scored = evaluate(runner, harness, domain.splits(), K, BARS, lambda s: Journal(tmp_path / s, "w"))
+        assert len(started) == 4
+        alone = {s: evaluate_split(runner, harness, domain.splits()[s], K, BARS, s) for s in SPLITS}
+    finally:
+        runner.close()
+    for split in SPLITS:
+        rollouts, score = scored[split]
+        assert comparable(rollouts) == comparable(alone[split])
+        assert [(t.id, s) for t in domain.splits()[split] for s in range(K)] == [
+            (r.task_id, r.sample) for r in rollouts
+        ]
+        journaled = [Rollout.from_json(row) for row in read_jsonl(tmp_path / split)[1:]]
+        assert sorted(comparable(journaled)) == sorted(comparable(rollouts))
+        assert score["mean"] == sum(r.reward for r in rollouts) / len(rollouts)
+
+
+def test_interleaving_spreads_each_group_over_the_whole():
+    mixed = interleaved([["v0", "v1"], ["t0", "t1", "t2", "t3"]])
+    assert sorted(mixed) == ["t0", "t1", "t2", "t3", "v0", "v1"]
+    assert mixed.index("v0") < 3 <= mixed.index("v1")  # one of each half
+    assert [x for x in mixed if x[0] == "t"] == ["t0", "t1", "t2", "t3"]  # each group in its own order
+    assert interleaved([[], ["a"]]) == ["a"]

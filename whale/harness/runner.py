@@ -49,6 +49,7 @@ from whale.harness.worker_process import (
     deadline,
     exit_reason,
     kill_worker,
+    next_job,
     overdue,
     owner_of,
     send_frame,
@@ -133,7 +134,7 @@ class RolloutRunner:
     ) -> None:
         while queue or busy:
             while queue and len(busy) < self.limits.workers:
-                index, job = queue.popleft()
+                index, job = next_job(queue, self._owner, {w.owner for w in self.idle})
                 w = self._start_job(job)
                 busy[w.proc.stdout.fileno()] = (index, w)
             stepping = self.continuous and self.engine.busy and self._may_step(queue, busy)
@@ -194,10 +195,13 @@ class RolloutRunner:
         w.owner = owner
         return w
 
-    def _start_job(self, job: RolloutJob) -> WorkerProcess:
+    def _owner(self, job: RolloutJob) -> str:
         if self._splits_of is None:
             self._splits_of = splits_by_task(self.domain)
-        w = self._take_worker(owner_of(job, self._splits_of))
+        return owner_of(job, self._splits_of)
+
+    def _start_job(self, job: RolloutJob) -> WorkerProcess:
+        w = self._take_worker(self._owner(job))
         now = time.monotonic()
         w.job, w.task, w.began, w.resumed, w.request = job, job.task, now, now, None
         w.verify = job.verify

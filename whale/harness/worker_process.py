@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -13,6 +14,8 @@ import signal
 import struct
 import subprocess
 import time
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,8 +63,26 @@ def owner_of(job: RolloutJob, splits_of: dict[str, str]) -> str:
     """Who a worker belongs to: one candidate (its id and code) on the tasks of one split. So a harness
     that got past the Python layers can leave no implant for another candidate, and nothing it saw of one
     split's tasks (test inputs, say) can reach the traces of another's (search, which a proposer reads)."""
-    source = hashlib.sha256(job.harness.source.encode("utf-8", "replace")).hexdigest()[:16]
-    return f"{splits_of.get(job.task.id, '')}:{job.harness.id}:{source}"
+    return f"{splits_of.get(job.task.id, '')}:{job.harness.id}:{source_digest(job.harness.source)}"
+
+
+@functools.lru_cache(maxsize=256)
+def source_digest(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def next_job(
+    queue: deque[tuple[int, RolloutJob]], owner: Callable[[RolloutJob], str], idle: set[str]
+) -> tuple[int, RolloutJob]:
+    """The first queued job that an idle worker of its owner can take, else the first one: a worker that
+    is up serves its candidate's next job rather than a fresh one starting beside it (an evaluation's
+    splits, a race's challengers, whose jobs arrive interleaved)."""
+    if idle:
+        for item in queue:
+            if owner(item[1]) in idle:
+                queue.remove(item)
+                return item
+    return queue.popleft()
 
 
 def splits_by_task(domain: Any) -> dict[str, str]:
