@@ -110,6 +110,26 @@ def test_a_worker_never_runs_a_second_candidate(make_runner, add_domain):
     assert len(runner.idle) <= 2  # no more idle workers kept than the pool's size
 
 
+def test_a_larger_idle_pool_keeps_each_candidates_workers_for_its_next_turn(make_runner, add_domain):
+    """Three candidates take turns, as a run's train, val and test do: with the pool as large as the
+    workers, each turn evicts the workers the next one needs; with `idle_workers` three times that, the
+    second round starts none."""
+    seed = add_domain.seed_harness()
+    candidates = [harness(seed + f"\nX = {i}\n", f"c{i}") for i in range(3)]
+
+    def two_rounds(runner) -> list[int]:
+        started = []
+        for _ in range(2):
+            before = len(runner.spawned)
+            for h in candidates:
+                runner.run([RolloutJob(t, h, s) for t in add_domain.tasks[:2] for s in range(1)])
+            started.append(len(runner.spawned) - before)
+        return started
+
+    assert two_rounds(make_runner(workers=2)) == [6, 6]
+    assert two_rounds(make_runner(workers=2, idle_workers=6)) == [6, 0]
+
+
 class TwoSplitDomain(AddDomain):
     """Tasks 0-1 are the search split, 2-3 the test split, 4 is in both."""
 

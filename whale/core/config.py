@@ -266,9 +266,8 @@ class DomainConfig(Section):
 
 
 class CheckpointsConfig(Section):
-    """Which weights checkpoints a run keeps (docs/agents.md). The latest (the resume point) always stays.
-    keep_every 1 keeps those of every evaluation point and phase switch; N > 1 keeps only those of every
-    Nth evaluation point plus the `keep_best` best by validation mean@k, so long runs do not fill the disk."""
+    """Which weights checkpoints a run keeps (docs/agents.md); the latest (the resume point) always stays.
+    keep_every N > 1 keeps every Nth evaluation point's and the `keep_best` best by val mean@k, not all."""
 
     keep_every: int = Field(1, ge=1)
     keep_best: int = Field(1, ge=0)
@@ -290,6 +289,7 @@ class RunnerConfig(Section):
     tool_timeout_s: float = Field(60.0, gt=0)
     memory_mb: int = Field(512, ge=64)
     lockstep: bool = False  # fixed batches, so every draw repeats; a slow tool idles the engine
+    idle_workers: int | None = Field(None, ge=0)  # kept for reuse (None: `workers`); ~7.5 MB each
 
 
 RAY_ADDRESS = re.compile(r"auto|(ray://)?[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}")

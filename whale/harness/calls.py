@@ -17,6 +17,7 @@ from whale.model.engine import Generation, GenerationRequest, SamplingParams
 @dataclass
 class RunnerLimits:
     workers: int = 32
+    idle_workers: int | None = None  # kept for reuse when they finish; None: as many as `workers`
     step_timeout_s: float = 10.0  # harness compute between two model/tool calls
     rollout_timeout_s: float = 600.0  # whole rollout, waiting included
     tool_timeout_s: float = 60.0  # one tool call, from the request (a queued call's wait included)

@@ -434,7 +434,8 @@ class RolloutRunner:
         reusable = rollout.error is None or rollout.error.startswith(REUSABLE_AFTER)
         if reusable and not w.retire and w.proc.poll() is None and w.served < self.limits.rollouts_per_worker:
             self.idle.append(w)
-            while len(self.idle) > self.limits.workers:  # the longest idle goes first
+            keep = self.limits.workers if self.limits.idle_workers is None else self.limits.idle_workers
+            while len(self.idle) > keep:  # the longest idle goes first
                 kill_worker(self.idle.pop(0))
         else:
             kill_worker(w)

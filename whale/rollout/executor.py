@@ -46,8 +46,9 @@ def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
     """The in-process runner: sandbox workers of this process, model calls batched into `engine`."""
     s, r = cfg.sampling, cfg.runner
     limits = RunnerLimits(
-        workers=r.workers, step_timeout_s=r.step_timeout_s, rollout_timeout_s=r.rollout_timeout_s,
-        tool_timeout_s=r.tool_timeout_s, memory_mb=r.memory_mb, lockstep=r.lockstep,
+        workers=r.workers, idle_workers=r.idle_workers, step_timeout_s=r.step_timeout_s,
+        rollout_timeout_s=r.rollout_timeout_s, tool_timeout_s=r.tool_timeout_s, memory_mb=r.memory_mb,
+        lockstep=r.lockstep,
     )  # fmt: skip
     return RolloutRunner(
         engine, domain, SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens), limits, cfg.seed
