@@ -76,7 +76,7 @@ def next_job(
 ) -> tuple[int, RolloutJob]:
     """The first queued job that an idle worker of its owner can take, else the first one: a worker that
     is up serves its candidate's next job rather than a fresh one starting beside it (an evaluation's
-    splits, a race's challengers, whose jobs arrive interleaved)."""
+    splits, whose jobs arrive interleaved)."""
     if idle:
         for item in queue:
             if owner(item[1]) in idle:
