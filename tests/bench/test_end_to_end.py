@@ -4,11 +4,12 @@ and one real `whale run` timed through it."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from tests.cli.test_cli import whale
-from whale.bench.end_to_end import PARTS, bench_end_to_end, split_wall, variant_sets
+from whale.bench.end_to_end import PARTS, bench_end_to_end, one_run, split_wall, variant_sets
 
 
 def test_the_split_adds_up_to_the_wall_and_puts_each_part_where_it_ran(compared) -> None:
@@ -44,6 +45,12 @@ def test_one_timed_run_per_kind_with_its_test_scores(tmp_path) -> None:
     assert run["budget_rollouts"] >= 16 and spent == run["budget_rollouts"] == run["test"][-1][0]
     assert run["wall_s"] > run["parts"]["start-up and shutdown"]["wall_s"] > 0
     assert result["commit"] and result["cpu_flags"] is not None
+
+
+def test_a_pinned_run_runs_on_its_cores_with_as_many_torch_threads(tmp_path) -> None:
+    core = min(os.sched_getaffinity(0))
+    run = one_run("fast", "tiny", ["schedule.budget_rollouts=16"], tmp_path / "run", cores=frozenset({core}))
+    assert run["cores"] == [core] and "1 torch threads" in run["compute"]["engine"]
 
 
 def test_an_unknown_engine_kind_is_one_line() -> None:

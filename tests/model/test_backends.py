@@ -57,3 +57,21 @@ def test_the_driver_records_the_chosen_backend_dtype_threads_and_why(monkeypatch
     assert said.startswith("fast float32 (float32 requested, ") and said.endswith(
         " torch threads); auto: vLLM is not installed"
     )
+
+
+def test_auto_falls_back_to_the_fast_engine_when_vllm_is_installed_but_does_not_import(
+    tmp_path, monkeypatch, tiny
+):
+    model, _ = tiny
+    model.save_pretrained(tmp_path / "model")  # a folder vLLM could load
+    monkeypatch.setattr(model, "name_or_path", str(tmp_path / "model"))
+    broken = tmp_path / "site" / "vllm"  # an install whose import fails, as a mismatched torchvision did
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    kind, why = choose_kind(EngineConfig(kind="auto"), model)
+    assert kind == "fast"
+    assert why == (
+        "auto: vLLM is installed but does not import (RuntimeError: operator torchvision::nms does not exist)"
+    )

@@ -4,6 +4,7 @@ and a failed run reported without stopping the others."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from whale.core.files import atomic_write_json, read_json
 from whale.core.provenance import code_version, machine
 from whale.studies.compare import run_folder
 from whale.studies.plan import Study, summary_path
-from whale.studies.pool import run_pool, runs_left, thread_share
+from whale.studies.pool import core_slots, run_pool, runs_left, thread_share
 
 
 def finished_folder(folder: Path) -> None:
@@ -58,4 +59,23 @@ def test_two_at_a_time_makes_each_run_once_keeps_what_finished_and_reports_a_fai
     on_a_new_machine = [(q.method, q.seed_offset) for q in runs_left(broken, tmp_path / "new", docs)]
     assert on_a_new_machine == [("weight-only", 0)]
     log = (runs / "logs" / "wide-weight-only-seed1.log").read_text()
-    assert f"{thread_share(2)} torch threads" in log and "running into" in log
+    assert f"{thread_share(2)} torch thread(s)" in log and "running into" in log
+    slots = core_slots(2)
+    if slots is not None:  # two runs at once never share a core
+        assert "pinned to cores" in text
+        logs = [
+            (runs / "logs" / f"{name}.log").read_text()
+            for name in ("wide-weight-only-seed0", "wide-weight-only-seed1")
+        ]
+        assert all(any(f"on cores {sorted(slot)}," in log for slot in slots) for log in logs)
+
+
+def test_core_slots_cut_the_usable_cores_into_disjoint_shares():
+    cores = sorted(os.sched_getaffinity(0))
+    assert core_slots(1) == [frozenset(cores)]
+    each = core_slots(len(cores))
+    assert each == [frozenset({c}) for c in cores]
+    assert core_slots(len(cores) + 1) is None  # more runs than cores: they share
+    if len(cores) >= 4:
+        halves = core_slots(2)
+        assert halves[0].isdisjoint(halves[1]) and len(halves[0]) == len(cores) // 2

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -97,15 +98,22 @@ def variant_sets(variant: str) -> list[str]:
 
 
 def one_run(
-    kind: str, preset: str, sets: list[str], out: Path, python: str = sys.executable, root: Path = ROOT
+    kind: str,
+    preset: str,
+    sets: list[str],
+    out: Path,
+    python: str = sys.executable,
+    root: Path = ROOT,
+    cores: frozenset[int] | None = None,
 ) -> dict[str, Any]:
     """One `whale run` of the checkout at `root` with its interpreter `python` (another worktree's, to time
-    an older commit); a run from before whale.core.timing has no parts, and one from before the start
-    event said its compute has none."""
+    an older commit), pinned to `cores` if given; a run from before whale.core.timing has no parts, and
+    one from before the start event said its compute has none."""
     command = [python, "-m", "whale.cli", "run", "--preset", preset, "--out", str(out)]
     command += [a for s in (*variant_sets(kind), *sets) for a in ("--set", s)]
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     start = time.monotonic()
-    proc = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(command, cwd=root, capture_output=True, text=True, preexec_fn=pin)
     wall = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"{kind}: whale run failed:\n{proc.stderr[-2000:]}")
@@ -114,6 +122,7 @@ def one_run(
     timed = any("parts_s" in p for p in points)
     return {
         "kind": kind,
+        "cores": sorted(cores) if cores else None,
         "wall_s": round(wall, 1),
         "compute": start_event.get("compute"),
         "parts": split_wall(out, wall) if timed else None,

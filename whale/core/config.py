@@ -69,10 +69,10 @@ class RemoteConfig(Section):
 class EngineConfig(Section):
     """Which generation backend serves model calls (see whale/model/backends.py)."""
 
-    # fast: whale's continuous-batching engine (Llama-family models); hf: transformers' forward, any model;
-    # vllm: vLLM on the CPU or GPUs; remote: an OpenAI-compatible server (docs/scaling.md); auto: vllm
-    # where it is installed and the model has a folder, else fast (whale/model/backends.py)
-    kind: Literal["auto", "hf", "fast", "vllm", "remote"] = "fast"
+    # auto: vllm where it is installed, imports and the model has a folder, else fast (model/backends.py);
+    # fast: whale's continuous-batching engine (Llama-family models); hf: transformers' forward, any
+    # model; vllm: vLLM on the CPU or GPUs; remote: an OpenAI-compatible server (docs/scaling.md)
+    kind: Literal["auto", "hf", "fast", "vllm", "remote"] = "auto"
     # fast engine: "auto" takes bfloat16 only where a probe finds it faster than float32 and numerically close
     # (docs/performance.md; verdict in the start event). Not the default: a resume's probe can differ.
     dtype: Literal["auto", "float32", "bfloat16"] = "float32"

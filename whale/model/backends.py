@@ -18,8 +18,9 @@ def vllm_installed() -> bool:
 
 
 def choose_kind(cfg: EngineConfig, model: Any) -> tuple[str, str]:
-    """The backend `engine.kind` names, and why: "auto" takes vLLM where it is installed and the model
-    has a folder for it to load, otherwise whale's fast engine. Checked without importing vLLM."""
+    """The backend `engine.kind` names, and why: "auto" takes vLLM where it is installed, imports and the
+    model has a folder for it to load, otherwise whale's fast engine. vLLM is imported only when it would
+    be chosen: the engine imports it next anyway, and a broken install then costs a fallback, not the run."""
     if cfg.kind != "auto":
         return cfg.kind, "engine.kind"
     if not vllm_installed():
@@ -30,6 +31,11 @@ def choose_kind(cfg: EngineConfig, model: Any) -> tuple[str, str]:
         model_folder(model)
     except ValueError:
         return "fast", "auto: the model has no folder for vLLM to load"
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:  # noqa: BLE001  # an install broken any way (ImportError, OSError, RuntimeError)
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        return "fast", f"auto: vLLM is installed but does not import ({type(exc).__name__}: {first})"
     return "vllm", "auto: vLLM is installed"
 
 

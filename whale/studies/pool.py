@@ -1,5 +1,7 @@
 """`whale results --jobs N`: the studies' runs N at a time, each in a process of its own with its share of
-the cores, so that a machine with more cores than one run uses finishes the edition sooner.
+the cores, so that a machine with more cores than one run uses finishes the edition sooner. Each run is
+pinned to cores of its own: an engine that binds its threads to every core it may use (vLLM on the CPU)
+would otherwise spin against its neighbour's.
 
 Runs start in `whale results`' order (study by study, seed-major). A run is computed as without --jobs
 (`make_run`); only its torch thread count differs, and its start record says which. A study waiting for
@@ -83,15 +85,31 @@ def holds(study: Study, runs: Path, queued: QueuedRun) -> bool:
 
 
 def thread_share(jobs: int) -> int:
-    return max(1, (os.cpu_count() or 1) // jobs)
+    return max(1, len(os.sched_getaffinity(0)) // jobs)
 
 
-def work_on(queued: QueuedRun, runs: Path, docs: Path, threads: int, log: Path) -> None:
-    """In a worker process: make the run with `threads` torch threads, its output in `log`."""
+def core_slots(jobs: int) -> list[frozenset[int]] | None:
+    """The usable cores cut into `jobs` disjoint slots of `thread_share` cores, or None when there are
+    fewer cores than jobs (the runs then share them all)."""
+    cores, share = sorted(os.sched_getaffinity(0)), thread_share(jobs)
+    if len(cores) < jobs:
+        return None
+    return [frozenset(cores[i * share : (i + 1) * share]) for i in range(jobs)]
+
+
+def work_on(
+    queued: QueuedRun, runs: Path, docs: Path, threads: int, log: Path, cores: frozenset[int] | None
+) -> None:
+    """In a worker process: make the run on `cores` (None: any) with `threads` torch threads, its output
+    in `log`."""
     import torch
 
+    if cores is not None:
+        os.sched_setaffinity(0, cores)
     torch.set_num_threads(threads)
     with log.open("a") as out:
+        out.write(f"on cores {sorted(os.sched_getaffinity(0))}, {threads} torch thread(s)\n")
+        out.flush()
         make_run(queued.study, runs, docs, queued.method, queued.seed_offset, Console(file=out, width=120))
 
 
@@ -100,10 +118,14 @@ def run_pool(
 ) -> list[Path]:
     """Make every run of `studies`, `jobs` at a time, and write each study's summary; returns the
     summaries' paths. Raises a ConfigError naming the failed runs, or the pilots a study still waits for."""
-    threads, logs = thread_share(jobs), runs / "logs"
+    threads, slots, logs = thread_share(jobs), core_slots(jobs), runs / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    console.print(f"[bold]{jobs} runs at a time[/bold], {threads} torch thread(s) each; logs in {logs}")
+    pinned = f", pinned to cores {', '.join(str(sorted(s)) for s in slots)}" if slots else ""
+    console.print(
+        f"[bold]{jobs} runs at a time[/bold], {threads} torch thread(s) each{pinned}; logs in {logs}"
+    )
     busy: dict[Future[None], QueuedRun] = {}
+    slot_of: dict[Future[None], int] = {}
     failed: dict[Path, str] = {}
     summaries: dict[Study, Path] = {}
     checked: set[Study] = set()
@@ -127,12 +149,17 @@ def run_pool(
             for queued in queue[: jobs - len(busy)]:
                 log = logs / f"{queued.study.name}-{queued.method}-seed{queued.seed_offset}.log"
                 console.print(f"start {queued.name} -> {queued.folder} (log {log})")
-                busy[pool.submit(work_on, queued, runs, docs, threads, log)] = queued
+                slot = min(set(range(jobs)) - set(slot_of.values()))
+                future = pool.submit(
+                    work_on, queued, runs, docs, threads, log, slots[slot] if slots else None
+                )
+                busy[future], slot_of[future] = queued, slot
             if not busy:
                 break
             done, _ = wait(busy, return_when=FIRST_COMPLETED)
             for future in done:
                 queued = busy.pop(future)
+                del slot_of[future]
                 if isinstance(future.exception(), BrokenProcessPool):
                     raise ConfigError(f"a worker died during {queued.name} (out of memory?); runs resume")
                 if future.exception() is not None:
