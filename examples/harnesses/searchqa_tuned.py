@@ -6,7 +6,7 @@ UPPER_CASE constants are knobs the search may change.
 
 import re
 
-SYSTEM_PROMPT = "You answer questions from the facts given. Reply with the answer only: a name, a word or a number."
+SYSTEM_PROMPT = "You answer questions from the facts given. Reply with the answer only: a name, a word or a number."  # noqa: E501
 INSTRUCTION = "Answer:"
 TOP_K = 2
 LINKED = 2
@@ -38,7 +38,8 @@ def gather(question, tools):
     seen = {p["title"] for p in passages}
     for p in list(passages[:1]):
         for name in names(p["text"])[:8]:
-            if len([q for q in passages if q["title"] not in [x["title"] for x in passages[:TOP_K]]]) >= LINKED:
+            top = [x["title"] for x in passages[:TOP_K]]
+            if len([q for q in passages if q["title"] not in top]) >= LINKED:
                 break
             if name in seen or name in question:
                 continue
