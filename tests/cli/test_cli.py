@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.zygote import Zygote
 from whale.core.files import jsonl_line_count, read_json, read_jsonl
@@ -137,7 +138,11 @@ def test_complete_tiny_run_writes_the_run_directory(tmp_path):
     assert state["weight_steps"] >= 2 and state["search_iters"] >= 1
     start = read_jsonl(out / "events.jsonl")[0]  # the defaults: float32 engine and trainer, and why
     engine = start["compute"]["engine"]
-    assert re.fullmatch(r"fast float32 \(float32 requested, \d+ torch threads\); engine.kind", engine), engine
+    why = "auto: the model has no folder for vLLM to load"  # the default engine.kind, on the tiny model
+    assert re.fullmatch(rf"fast float32 \(float32 requested, \d+ torch threads\); {why}", engine), engine
+    assert start["config"]["engine"]["kind"] == "fast"  # the config as run, with auto resolved
+    asked = yaml.safe_load((out / "config.yaml").read_text())
+    assert asked["engine"]["kind"] == "auto"  # as asked: a resume decides again
     assert start["compute"]["trainer"] == "float32"
     assert f"compute: engine {engine}; trainer float32" in proc.stdout
     candidates = state["candidates"]

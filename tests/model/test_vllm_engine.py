@@ -142,6 +142,16 @@ def test_a_merged_lora_model_gets_no_lora_slots():
     assert (slots["enable_lora"], slots["max_lora_rank"]) == (True, 16)
 
 
+def test_on_the_cpu_the_context_is_capped_at_what_the_model_allows(tmp_path):
+    """vLLM refuses a max_model_len above the model's positions (the tiny model has 2048)."""
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 2048}')
+    assert engine_kwargs(VLLMConfig(), str(tmp_path), 8, None, cpu=True)["max_model_len"] == 2048
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 32768}')
+    assert engine_kwargs(VLLMConfig(), str(tmp_path), 8, None, cpu=True)["max_model_len"] == 8192
+    asked = engine_kwargs(VLLMConfig(max_model_len=4096), str(tmp_path), 8, None, cpu=True)
+    assert asked["max_model_len"] == 4096 and asked["max_num_batched_tokens"] == 8192
+
+
 def test_the_config_selects_vllm_and_validates_its_settings():
     cfg = load_config("tiny", overrides=["engine.kind=vllm", "engine.vllm.gpu_memory_utilization=0.8"])
     assert cfg.engine.kind == "vllm" and cfg.engine.vllm.gpu_memory_utilization == 0.8

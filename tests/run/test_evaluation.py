@@ -91,8 +91,10 @@ class DisjointSplits(AddDomain):
 
 def test_an_evaluation_point_runs_both_splits_at_once_into_their_own_journals(tmp_path: Path):
     """Val and test go to the runner in one call, interleaved, so each split's workers keep serving
-    their own split: no more workers start than run at once (4, where one call per split started 8).
-    Each split's rollouts, in job order, are the ones its own evaluation draws, and land in its journal."""
+    their own split: 4 start, one per slot, where one call per split started 8. Only in the tail, once
+    one split has no job left, may a slot its worker frees start a worker of the other split (at most
+    2 here), rather than idle. Each split's rollouts, in job order, are the ones its own evaluation
+    draws, and land in its journal."""
     domain = DisjointSplits()
     runner = RolloutRunner(
         FakeEngine(), domain, SamplingParams(temperature=0.7, max_tokens=4), RunnerLimits(workers=4)
@@ -102,7 +104,7 @@ def test_an_evaluation_point_runs_both_splits_at_once_into_their_own_journals(tm
     harness = HarnessCandidate("c0000", domain.seed_harness())
     try:
         scored = evaluate(runner, harness, domain.splits(), K, BARS, lambda s: Journal(tmp_path / s, "w"))
-        assert len(started) == 4
+        assert 4 <= len(started) <= 6
         alone = {s: evaluate_split(runner, harness, domain.splits()[s], K, BARS, s) for s in SPLITS}
     finally:
         runner.close()

@@ -25,7 +25,9 @@ so such a request is refused rather than recorded with the wrong meaning.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 from whale.core.config import VLLMConfig
@@ -152,6 +154,15 @@ def cpu_environment(cfg: VLLMConfig) -> dict[str, str]:
     }
 
 
+def model_positions(folder: str) -> int:
+    """The longest sequence the model's config allows (vLLM refuses a longer max_model_len); 8192 when
+    the folder does not say."""
+    config = Path(folder) / "config.json"
+    if not folder or not config.is_file():
+        return 8192
+    return int(json.loads(config.read_text()).get("max_position_embeddings") or 8192)
+
+
 def engine_kwargs(
     cfg: VLLMConfig, folder: str, max_batch: int, rank: int | None, cpu: bool
 ) -> dict[str, Any]:
@@ -173,7 +184,7 @@ def engine_kwargs(
     if cfg.max_model_len is not None:
         kwargs["max_model_len"] = cfg.max_model_len
     if cpu:
-        longest = cfg.max_model_len or 8192
+        longest = cfg.max_model_len or min(8192, model_positions(folder))
         kwargs.update(
             dtype="float32" if cfg.dtype == "auto" else cfg.dtype,
             enforce_eager=cfg.enforce_eager is not False,

@@ -94,8 +94,8 @@ class Experiment:
         train_tasks = len(self.splits["train"])
         self.schedule = build_schedule(cfg.schedule, train_tasks, cfg.rft.tasks_per_step, cfg.seed)
         self.trainer, tokenizer = build_trainer(cfg)
-        engine_cfg, self.engine_summary = resolve_engine(cfg, self.trainer.model, tokenizer)
-        self.runner = build_executor(engine_cfg, self.trainer.model, tokenizer, self.domain, self.trainer)
+        self.resolved, self.engine_summary = resolve_engine(cfg, self.trainer.model, tokenizer)
+        self.runner = build_executor(self.resolved, self.trainer.model, tokenizer, self.domain, self.trainer)
         if resume and not self.dir.is_run():
             raise ConfigError(f"--resume {out}: no state.json there (not a whale run, or it never started)")
         if not resume:
@@ -401,7 +401,7 @@ class Experiment:
         self.state.stamp()
         compute = {"engine": self.engine_summary, "trainer": self.trainer.config.dtype}
         self.console.print(f"compute: engine {compute['engine']}; trainer {compute['trainer']}")
-        self.dir.append(EVENTS, [events.Start(self.cfg.model_dump(), compute).to_json()])
+        self.dir.append(EVENTS, [events.Start(self.resolved.model_dump(), compute).to_json()])
         self._commit(weights_changed=False, boundary=False)
         return self.state
 
