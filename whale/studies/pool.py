@@ -84,15 +84,22 @@ def holds(study: Study, runs: Path, queued: QueuedRun) -> bool:
     return queued.folder in folders
 
 
+def usable_cores() -> list[int]:
+    """The cores this process may run on (all of them where the OS has no affinity calls: macOS)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def thread_share(jobs: int) -> int:
-    return max(1, len(os.sched_getaffinity(0)) // jobs)
+    return max(1, len(usable_cores()) // jobs)
 
 
 def core_slots(jobs: int) -> list[frozenset[int]] | None:
     """The usable cores cut into `jobs` disjoint slots of `thread_share` cores, or None when there are
-    fewer cores than jobs (the runs then share them all)."""
-    cores, share = sorted(os.sched_getaffinity(0)), thread_share(jobs)
-    if len(cores) < jobs:
+    fewer cores than jobs or no way to pin (the runs then share them all)."""
+    cores, share = usable_cores(), thread_share(jobs)
+    if len(cores) < jobs or not hasattr(os, "sched_setaffinity"):
         return None
     return [frozenset(cores[i * share : (i + 1) * share]) for i in range(jobs)]
 
@@ -108,7 +115,7 @@ def work_on(
         os.sched_setaffinity(0, cores)
     torch.set_num_threads(threads)
     with log.open("a") as out:
-        out.write(f"on cores {sorted(os.sched_getaffinity(0))}, {threads} torch thread(s)\n")
+        out.write(f"on cores {usable_cores()}, {threads} torch thread(s)\n")
         out.flush()
         make_run(queued.study, runs, docs, queued.method, queued.seed_offset, Console(file=out, width=120))
 
