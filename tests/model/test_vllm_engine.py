@@ -4,6 +4,7 @@ when vLLM is not installed. vLLM itself on the CPU: test_vllm_cpu.py; on a GPU: 
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from whale.model.vllm_engine import (
     import_vllm,
     lora_slot_rank,
     merges_lora,
+    quiet_logs,
     vllm_sampling_kwargs,
 )
 from whale.run.experiment import Experiment
@@ -150,6 +152,15 @@ def test_on_the_cpu_the_context_is_capped_at_what_the_model_allows(tmp_path):
     assert engine_kwargs(VLLMConfig(), str(tmp_path), 8, None, cpu=True)["max_model_len"] == 8192
     asked = engine_kwargs(VLLMConfig(max_model_len=4096), str(tmp_path), 8, None, cpu=True)
     assert asked["max_model_len"] == 4096 and asked["max_num_batched_tokens"] == 8192
+
+
+def test_vllm_keeps_its_warnings_only_unless_the_user_sets_its_log_level(monkeypatch):
+    monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
+    quiet_logs()
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "WARNING"
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")
+    quiet_logs()
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "DEBUG"
 
 
 def test_the_config_selects_vllm_and_validates_its_settings():

@@ -31,6 +31,9 @@ def choose_kind(cfg: EngineConfig, model: Any) -> tuple[str, str]:
         model_folder(model)
     except ValueError:
         return "fast", "auto: the model has no folder for vLLM to load"
+    from whale.model.vllm_engine import quiet_logs
+
+    quiet_logs()
     try:
         import vllm  # noqa: F401
     except Exception as exc:  # noqa: BLE001  # an install broken any way (ImportError, OSError, RuntimeError)

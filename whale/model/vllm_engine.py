@@ -48,8 +48,16 @@ CPU_BLOCK_SIZE = 32  # vLLM's CPU attention takes KV blocks in multiples of 32 t
 LORA_SLOT_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
 
+def quiet_logs() -> None:
+    """vLLM logs each step of its start and shutdown at INFO (some 36 lines for one `whale agent`); whale
+    prints the engine line that matters, so vLLM keeps its warnings only, unless VLLM_LOGGING_LEVEL is set.
+    Before the first import: vLLM configures its logger then."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
 def import_vllm() -> Any:
     """The vllm module, or a one-line ImportError naming the extra that provides it."""
+    quiet_logs()
     try:
         import vllm
     except ImportError:
