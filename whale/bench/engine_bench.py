@@ -98,7 +98,7 @@ def bench_engine(
 ) -> tuple[dict[str, Any], list[Any]]:
     """The engine section, and the engine's generations for the largest batch (the trainer's data).
 
-    "engine" is whale's default engine (FastEngine, fp32 here: see `dtype_reason`); "plain_engine" is
+    "engine" is whale's own engine (FastEngine, fp32 here: see `dtype_reason`); "plain_engine" is
     HFEngine, whale's engine over transformers' forward, kept as the reference implementation."""
     from whale.model.dtype_probe import pick_dtype
     from whale.model.engine import GenerationRequest, SamplingParams
