@@ -15,9 +15,11 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 
-def load_agent(folder: str | PathLike[str], temperature: float | None = None) -> Agent:
+def load_agent(
+    folder: str | PathLike[str], temperature: float | None = None, engine: str | None = None
+) -> Agent:
     """Load an exported agent bundle (`whale export`): `load_agent(dir)(task_inputs)` returns the answer
     and the trace. See whale.deploy.agent."""
     from whale.deploy.agent import load_agent as load
 
-    return load(folder, temperature)
+    return load(folder, temperature, engine)

@@ -223,6 +223,7 @@ def test_command_line_lists_exports_runs_and_refuses_mistakes(agent_run, tmp_pat
     refused("agent", str(out), "--input", "{not json", words="--input: invalid JSON")
     refused("agent", str(out), "--input", "[1, 2]", words="expected a JSON object of task inputs, got list")
     refused("agent", str(out), words="give one of --input JSON or --task ID")
+    refused("agent", str(out), "--input", "{}", "--engine", "gpu", words="engine 'gpu': one of auto")
     refused("agent", str(tmp_path / "nope"), "--input", "{}", words="not a whale agent bundle")
     assert not (tmp_path / "x").exists()
 
@@ -236,3 +237,16 @@ def test_inputs_the_harness_cannot_use_fail_alone(agent_bundle):
     assert good.error is None and good.answer
     with pytest.raises(ValueError, match="expected a JSON object of task inputs, got str"):
         agent("What is 2+2?")
+
+
+def test_an_agent_answers_on_another_engine_when_asked(agent_bundle):
+    """`engine=` swaps the engine under the same weights and harness (a one-shot answer need not start
+    vLLM); greedy, the reference engine gives the run's engine's answers token for token."""
+    with whale.load_agent(agent_bundle, temperature=0) as own, whale.load_agent(agent_bundle, 0, "hf") as hf:
+        tasks = own.domain.splits()["test"][:4]
+        want, got = own.run_many(tasks), hf.run_many(tasks)
+        engines = type(own.runner.engine).__name__, type(hf.runner.engine).__name__
+    assert engines == ("FastEngine", "HFEngine")
+    for a, b in zip(want, got, strict=True):
+        assert a.error is None and b.error is None
+        assert [c.completion_ids for c in a.trace.calls] == [c.completion_ids for c in b.trace.calls]

@@ -11,6 +11,8 @@ from rich.table import Table
 
 from whale.cli.app import app, console, user_error
 
+ENGINE_HELP = "Answer on this engine (auto, fast, hf, vllm) instead of the run's; fast skips vLLM's start-up."
+
 
 def _ci(score: dict) -> str:
     return f"{score['mean']:.3f} [{score['ci_low']:.3f}, {score['ci_high']:.3f}]"
@@ -103,6 +105,7 @@ def agent_(
         float | None, typer.Option(help="Override the run's sampling temperature.")
     ] = None,
     trace: Annotated[bool, typer.Option(help="Include the full trace (model and tool calls).")] = False,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
     """Run the bundled agent on one task and print its answer as JSON (exit 1 when the rollout failed)."""
     import json
@@ -114,7 +117,7 @@ def agent_(
     inputs = None if input_ is None else _task_inputs(input_)
     try:
         chosen = None if inputs is None else task_from_inputs(inputs, "--input")
-        with load_agent(bundle, temperature) as agent:
+        with load_agent(bundle, temperature, engine) as agent:
             answer = agent(chosen or agent.domain_task(task))
     except ValueError as exc:
         raise user_error(str(exc)) from None
@@ -130,12 +133,13 @@ def serve_(
     temperature: Annotated[
         float | None, typer.Option(help="Override the run's sampling temperature.")
     ] = None,
+    engine: Annotated[str | None, typer.Option(help=ENGINE_HELP)] = None,
 ) -> None:
     """Serve the bundled agent over HTTP on 127.0.0.1: POST /run with {"inputs": {...}} or
     {"task_id": ...}, GET /health. Concurrent requests are batched through one engine."""
     from whale.deploy.serve import serve
 
-    serve(bundle, port, temperature, lambda line: console.print(line, highlight=False))
+    serve(bundle, port, temperature, lambda line: console.print(line, highlight=False), engine)
 
 
 @app.command("diff")

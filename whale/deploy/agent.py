@@ -117,9 +117,10 @@ class Agent:
         self.close()
 
 
-def load_agent(folder: str | Path, temperature: float | None = None) -> Agent:
+def load_agent(folder: str | Path, temperature: float | None = None, engine: str | None = None) -> Agent:
     """Verify the bundle in `folder` (every file's hash), then build its agent. `temperature` overrides
-    the run's sampling temperature (0: greedy). A bad bundle raises BundleError, one line."""
+    the run's sampling temperature (0: greedy), `engine` its engine kind. A bad bundle raises BundleError,
+    one line."""
     folder = Path(folder)
     manifest = verify_bundle(folder)  # before the heavy imports: a bad bundle is refused at once
 
@@ -127,7 +128,7 @@ def load_agent(folder: str | Path, temperature: float | None = None) -> Agent:
     from whale.model.backends import build_engine
     from whale.rollout.executor import build_runner
 
-    cfg = bundle_config(folder, manifest, temperature)
+    cfg = bundle_config(folder, manifest, temperature, engine)
     if cfg.domain.file:  # the manifest's hashes say the files are unchanged, not who wrote them
         print(
             f"whale: warning: {folder / 'domain.py'} is a domain file: it runs in this process, unsandboxed "

@@ -174,7 +174,9 @@ result = agent({{...task inputs...}})     # result.answer, result.trace
 ```
 
 Sampling follows the run's config (temperature {manifest["config"]["sampling"]["temperature"]}); pass
-`--temperature 0` (or `load_agent(..., temperature=0)`) for greedy answers.
+`--temperature 0` (or `load_agent(..., temperature=0)`) for greedy answers. The agent answers on the
+engine the run ran on ({manifest["config"]["engine"]["kind"]}); `--engine fast` (or `load_agent(...,
+engine="fast")`) answers without vLLM's start-up, from samples that can differ from the run's.
 """
 
 
@@ -268,8 +270,16 @@ def verify_bundle(folder: Path) -> dict[str, Any]:
     return manifest
 
 
-def bundle_config(folder: Path, manifest: dict[str, Any], temperature: float | None = None) -> Config:
-    """The run's config, pointed at the bundle's own files (domain file; no seed-harness path)."""
+ENGINES = ("auto", "fast", "hf", "vllm")  # what a bundle may answer on instead of its run's engine
+
+
+def bundle_config(
+    folder: Path, manifest: dict[str, Any], temperature: float | None = None, engine: str | None = None
+) -> Config:
+    """The run's config, pointed at the bundle's own files (domain file; no seed-harness path). `engine`
+    replaces the run's engine kind: a one-shot answer need not pay vLLM's start-up."""
+    if engine is not None and engine not in ENGINES:
+        raise ConfigError(f"engine {engine!r}: one of {', '.join(ENGINES)}")
     data = json.loads(json.dumps(manifest["config"]))
     data["domain"]["harness"] = None
     data["domain"]["file"] = str(folder / "domain.py") if manifest["domain"]["file"] else None
@@ -277,6 +287,8 @@ def bundle_config(folder: Path, manifest: dict[str, Any], temperature: float | N
         data["domain"]["options"][key] = str(folder / rel)
     if temperature is not None:
         data["sampling"]["temperature"] = temperature
+    if engine is not None:
+        data["engine"]["kind"] = engine
     return config_from_dict(data, f"{folder / MANIFEST} (config)")
 
 

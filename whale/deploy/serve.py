@@ -199,7 +199,9 @@ def listen(port: int) -> socket.socket:
     return sock
 
 
-def serve(folder: Path, port: int, temperature: float | None, announce: Any = print) -> None:
+def serve(
+    folder: Path, port: int, temperature: float | None, announce: Any = print, engine: str | None = None
+) -> None:
     """Serve the bundle until SIGINT or SIGTERM; stops the sandbox workers on the way out."""
     import uvicorn
 
@@ -207,7 +209,7 @@ def serve(folder: Path, port: int, temperature: float | None, announce: Any = pr
 
     sock = listen(port)
     try:
-        agent = load_agent(folder, temperature)
+        agent = load_agent(folder, temperature, engine)
     except BaseException:
         sock.close()
         raise
