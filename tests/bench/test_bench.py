@@ -132,6 +132,7 @@ def test_the_workload_runs_each_seed_harness_on_each_engine_and_generate_on_firs
             assert close(r["vs_generate"], r["tokens_per_s"] / g["tokens_per_s"])
             assert 0 < r["prompt_tokens_computed"] <= r["prompt_tokens"]
         fast, hf = d["runs"]
+        assert fast["dtype"] == hf["dtype"] == "float32"  # auto on the tiny model: too small to time bf16
         assert hf["prompt_tokens_computed"] == hf["prompt_tokens"]  # the reference engine caches nothing
         assert fast["generated_tokens"] == hf["generated_tokens"], name  # the same samples on both engines
 

@@ -136,15 +136,19 @@ def test_complete_tiny_run_writes_the_run_directory(tmp_path):
     assert "test mean@k: before" in proc.stdout
     state = check_complete_run(out)
     assert state["weight_steps"] >= 2 and state["search_iters"] >= 1
-    start = read_jsonl(out / "events.jsonl")[0]  # the defaults: float32 engine and trainer, and why
-    engine = start["compute"]["engine"]
+    start = read_jsonl(out / "events.jsonl")[0]  # the defaults: engine and dtypes as measured, and why
+    engine, ran = start["compute"]["engine"], start["config"]
     why = "auto: the model has no folder for vLLM to load"  # the default engine.kind, on the tiny model
-    assert re.fullmatch(rf"fast float32 \(float32 requested, \d+ torch threads\); {why}", engine), engine
-    assert start["config"]["engine"]["kind"] == "fast"  # the config as run, with auto resolved
+    dtype = ran["engine"]["dtype"]
+    lockstep = "; lockstep \\(bfloat16 draws repeat only in fixed batches\\)" if dtype == "bfloat16" else ""
+    assert re.fullmatch(rf"fast {dtype} \(auto: .+, \d+ torch threads\); {why}{lockstep}", engine), engine
+    assert ran["engine"]["kind"] == "fast"  # the config as run, with auto resolved
     asked = yaml.safe_load((out / "config.yaml").read_text())
-    assert asked["engine"]["kind"] == "auto"  # as asked: a resume decides again
-    assert start["compute"]["trainer"] == "float32"
-    assert f"compute: engine {engine}; trainer float32" in proc.stdout
+    assert asked["engine"]["kind"] == "auto"  # as asked: a resume decides the engine again
+    assert asked["engine"]["dtype"] == asked["weights"]["dtype"] == "auto"  # and keeps the dtypes as run
+    trainer = start["compute"]["trainer"]
+    assert ran["weights"]["dtype"] == trainer and trainer in ("float32", "bfloat16")
+    assert f"compute: engine {engine}; trainer {trainer}" in proc.stdout
     candidates = state["candidates"]
     assert len(candidates) >= 2  # the search proposed at least one challenger
     for cid in candidates[1:]:

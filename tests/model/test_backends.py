@@ -12,6 +12,7 @@ from whale.core.config import Config, EngineConfig
 from whale.model.backends import build_engine, choose_kind, vllm_installed
 from whale.model.fast_engine import FastEngine
 from whale.model.loading import load_model
+from whale.model.trainer import Trainer, TrainerConfig
 from whale.run.preflight import resolve_engine
 
 VLLM_PLATFORM = sys.platform == "linux" and platform.machine() == "x86_64"  # where `make install` adds it
@@ -49,14 +50,39 @@ def test_auto_serves_a_model_without_a_folder_on_the_fast_engine(tiny):
     assert isinstance(build_engine(cfg, model, tokenizer, 8), FastEngine)
 
 
+def trainer_of(model, dtype: str) -> Trainer:
+    return Trainer(model, 0, TrainerConfig(lora=False, dtype=dtype))
+
+
 def test_the_driver_records_the_chosen_backend_dtype_threads_and_why(monkeypatch, tiny):
     monkeypatch.setitem(sys.modules, "vllm", None)
-    cfg = Config.model_validate({"model": {"name": "tiny"}, "engine": {"kind": "auto"}})
-    resolved, said = resolve_engine(cfg, *tiny)
+    cfg = Config.model_validate({"model": {"name": "tiny"}, "engine": {"kind": "auto", "dtype": "float32"}})
+    resolved, said = resolve_engine(cfg, trainer_of(tiny[0], "float32"), tiny[1])
     assert resolved.engine.kind == "fast"
     assert said.startswith("fast float32 (float32 requested, ") and said.endswith(
         " torch threads); auto: vLLM is not installed"
     )
+    assert resolved.runner.lockstep is False and resolved.weights.dtype == "float32"
+
+
+def test_the_driver_decides_auto_dtypes_once_and_bfloat16_runs_in_lockstep(monkeypatch, tiny):
+    """The record a resume keeps: both engines' dtypes as decided (whichever engine a resume picks), the
+    trainer's, and lockstep on in bfloat16, whose draws repeat only in fixed batches."""
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    cfg = Config.model_validate({"model": {"name": "tiny"}})  # every dtype "auto", lockstep undecided
+    assert (cfg.engine.dtype, cfg.engine.vllm.dtype, cfg.weights.dtype, cfg.runner.lockstep) == (
+        "auto", "auto", "auto", None)  # fmt: skip
+    resolved, said = resolve_engine(cfg, trainer_of(tiny[0], "float32"), tiny[1])
+    dtype = resolved.engine.dtype
+    assert dtype in ("float32", "bfloat16") and resolved.engine.vllm.dtype == dtype
+    assert said.startswith(f"fast {dtype} (auto: ")  # with the measurement behind it
+    assert resolved.runner.lockstep == (dtype == "bfloat16")
+    bf16 = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"dtype": "bfloat16"})})
+    resolved, said = resolve_engine(bf16, trainer_of(tiny[0], "bfloat16"), tiny[1])
+    assert resolved.runner.lockstep is True and "; lockstep (bfloat16" in said
+    assert resolved.weights.dtype == "bfloat16" and resolved.engine.vllm.dtype == "bfloat16"
+    off = bf16.model_copy(update={"runner": bf16.runner.model_copy(update={"lockstep": False})})
+    assert resolve_engine(off, trainer_of(tiny[0], "float32"), tiny[1])[0].runner.lockstep is False
 
 
 def test_auto_falls_back_to_the_fast_engine_when_vllm_is_installed_but_does_not_import(

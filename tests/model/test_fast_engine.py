@@ -151,8 +151,8 @@ def test_bf16_is_close_to_fp32_and_dtype_choice_is_explained(tiny):
     gens = engine.generate(seeded(SamplingParams(temperature=0.0, max_tokens=4)), seed=0)
     assert engine.packed.layers[0].qkv.dtype == torch.bfloat16 and all(g.completion_ids for g in gens)
     assert pick_dtype(model, tokenizer, "float32") == (torch.float32, "float32 requested")
-    dtype, why = pick_dtype(model, tokenizer, "auto")
-    assert dtype in (torch.float32, torch.bfloat16) and why.startswith("auto: ")
+    dtype, why = pick_dtype(model, tokenizer, "auto")  # microsecond matmuls time as noise (0.9x to 150x)
+    assert (dtype, why) == (torch.float32, "auto: matmuls too small to time (2 MFLOP), float32")
 
 
 def test_a_prompt_longer_than_the_model_ends_at_once_and_others_go_on(sharp_tiny: tuple[Any, Any]):

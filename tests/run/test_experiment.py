@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import io
+import json
 
+import torch
 from rich.console import Console
 
 from whale.core import provenance
 from whale.core.config import load_config
-from whale.core.files import read_json, read_jsonl
+from whale.core.files import atomic_write_text, read_json, read_jsonl
 from whale.core.provenance import code_version
 from whale.harness.records import HarnessCandidate
 from whale.report.write import write_report
@@ -31,9 +33,24 @@ def test_a_harness_only_run_that_races_its_challengers_records_what_each_decisio
     assert state["machines"] == [provenance.machine()]  # and the CPU its wall times came from
     monkeypatch.setattr(provenance, "code_version", lambda: "abc1234")
     monkeypatch.setattr(provenance, "machine", lambda: "Other CPU, 64 cores, avx2")
+    events = read_jsonl(tmp_path / "run" / "events.jsonl")
+    started = events[0]["config"]
+    assert events[0]["event"] == "start" and started["engine"]["dtype"] in ("float32", "bfloat16")
+    assert started["runner"]["lockstep"] == (started["engine"]["dtype"] == "bfloat16")  # decided, recorded
+    began = {
+        **started,
+        "engine": {**started["engine"], "dtype": "bfloat16"},
+        "weights": {**started["weights"], "dtype": "bfloat16"},
+        "runner": {**started["runner"], "lockstep": True},
+    }
+    lines = [json.dumps(e) for e in [{**events[0], "config": began}, *events[1:]]]
+    atomic_write_text(tmp_path / "run" / "events.jsonl", "\n".join(lines) + "\n")
     resumed = Experiment(cfg, tmp_path / "run", Console(file=io.StringIO()), resume=True)
     assert resumed.state.code_versions == [code_version(), "abc1234"]  # written at its next commit
     assert resumed.state.machines == [state["machines"][0], "Other CPU, 64 cores, avx2"]
+    # as begun (here: on a machine where bfloat16 measured faster), not as a probe would decide today
+    assert resumed.runner.engine.dtype == torch.bfloat16 and resumed.trainer.config.dtype == "bfloat16"
+    assert resumed.resolved.runner.lockstep is True
     iterations = [
         e for e in read_jsonl(tmp_path / "run" / "events.jsonl") if e["event"] == "search_iteration"
     ]

@@ -1,10 +1,12 @@
-"""`whale.run.preflight`: the warning a run prints when torch's threads would fight other work for cores."""
+"""`whale.run.preflight`: the warning a run prints when torch's threads would fight other work for cores,
+and the dtypes a resumed run keeps."""
 
 from __future__ import annotations
 
 import pytest
 
-from whale.run.preflight import busy_machine_warning
+from whale.core.config import Config
+from whale.run.preflight import as_started, busy_machine_warning
 
 
 @pytest.mark.parametrize(
@@ -20,3 +22,17 @@ def test_a_busy_machine_gets_a_warning_naming_the_threads_that_fit(threads, core
 @pytest.mark.parametrize(("threads", "cores", "load"), [(2, 2, 0.3), (2, 2, 0.45), (1, 2, 3.0), (4, 8, 3.9)])
 def test_a_quiet_machine_or_threads_that_fit_get_none(threads, cores, load):
     assert busy_machine_warning(threads, cores, load) is None
+
+
+def test_a_resume_keeps_what_was_decided_unless_the_config_names_it():
+    cfg = Config.model_validate({"model": {"name": "tiny"}})
+    began = {"engine": {"dtype": "bfloat16", "vllm": {"dtype": "bfloat16"}}, "weights": {"dtype": "bfloat16"},
+             "runner": {"lockstep": True}}  # fmt: skip
+    kept = as_started(cfg, began)
+    assert (kept.engine.dtype, kept.engine.vllm.dtype, kept.weights.dtype, kept.runner.lockstep) == (
+        "bfloat16", "bfloat16", "bfloat16", True)  # fmt: skip
+    named = Config.model_validate({"model": {"name": "tiny"}, "engine": {"dtype": "float32"}, "runner": {
+        "lockstep": False}})  # fmt: skip
+    kept = as_started(named, began)
+    assert (kept.engine.dtype, kept.engine.vllm.dtype, kept.runner.lockstep) == ("float32", "bfloat16", False)
+    assert as_started(cfg, None) == cfg

@@ -20,6 +20,13 @@ from whale.bench.settings import SEED, BenchSettings
 DOMAINS = ("math", "searchqa", "chess")
 
 
+def engine_dtype(engine: Any) -> str:
+    """What the engine computes in: vLLM's setting, the fast engine's packed weights, else the model's."""
+    if hasattr(engine, "settings"):
+        return str(engine.settings["dtype"])
+    return str(getattr(engine, "dtype", None) or next(engine.model.parameters()).dtype).removeprefix("torch.")
+
+
 def workload_kinds(model: Any) -> list[str]:
     """The engines to measure: the fast and reference engines, and vLLM where `auto` would pick it."""
     from whale.core.config import EngineConfig
@@ -215,7 +222,7 @@ def bench_workload(
             for name, domain in domains.items():
                 log(f"workload: {name}, {len(tasks[name])} tasks x {settings.workload_k}, engine {kind}")
                 run = run_engine(engine, domain, tasks[name], settings, workers)
-                runs[name].append({"kind": kind, "startup_s": startup, **run})
+                runs[name].append({"kind": kind, "dtype": engine_dtype(engine), "startup_s": startup, **run})
                 if kind == "vllm":
                     alone[name] = run_vllm_alone(engine, run["first_prompts"], settings)
         finally:

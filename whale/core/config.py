@@ -37,8 +37,8 @@ class VLLMConfig(Section):
 
     gpu_memory_utilization: float = Field(0.5, gt=0.0, le=1.0)  # the rest is left to the trainer
     tensor_parallel_size: int = Field(1, ge=1)
-    # "auto": float32 on the CPU (vLLM's own "auto" would take bf16 unasked; docs/performance.md), the
-    # model's dtype on a GPU
+    # "auto": on the CPU bfloat16 where its matmuls measure faster, else float32 (never vLLM's own "auto",
+    # which takes bf16 unmeasured; docs/performance.md); the model's dtype on a GPU
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     max_model_len: int | None = Field(None, ge=16)
     # skip torch.compile (CPU) or CUDA graph capture (GPU): slower decoding, faster start-up; None: eager
@@ -74,8 +74,8 @@ class EngineConfig(Section):
     # model; vllm: vLLM on the CPU or GPUs; remote: an OpenAI-compatible server (docs/scaling.md)
     kind: Literal["auto", "hf", "fast", "vllm", "remote"] = "auto"
     # fast engine: "auto" takes bfloat16 only where a probe finds it faster than float32 and numerically close
-    # (docs/performance.md; verdict in the start event). Not the default: a resume's probe can differ.
-    dtype: Literal["auto", "float32", "bfloat16"] = "float32"
+    # (docs/performance.md; verdict in the start event, which a resume keeps)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     prefix_cache_tokens: int = Field(32768, ge=0)
     kv_cache_gib: float | None = Field(None, gt=0)  # fast engine: bounds its live rows' KV cache (fewer rows)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
@@ -119,8 +119,8 @@ class WeightsConfig(Section):
     micro_batch: int = Field(16, ge=1)
     micro_batch_tokens: int = Field(512, ge=1)  # padded tokens per forward pass; a longer unit goes alone
     epochs: int = Field(1, ge=1)
-    # forward/backward compute dtype; "auto": bfloat16 (autocast) only where it measures faster (opt-in)
-    dtype: Literal["auto", "float32", "bfloat16"] = "float32"
+    # forward/backward compute dtype; "auto": bfloat16 (autocast, fp32 weights) where it measures faster
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # fsdp: train in `world_size` processes with the parameters sharded (FSDP2), for models that do not
     # fit one device; same results as one process (whale/model/distributed.py)
     parallel: Literal["none", "fsdp"] = "none"
@@ -288,7 +288,7 @@ class RunnerConfig(Section):
     rollout_timeout_s: float = Field(600.0, gt=0)
     tool_timeout_s: float = Field(60.0, gt=0)
     memory_mb: int = Field(512, ge=64)
-    lockstep: bool = False  # fixed batches, so every draw repeats; a slow tool idles the engine
+    lockstep: bool | None = None  # fixed batches: draws repeat, a slow tool idles the engine; None: in bf16
     idle_workers: int | None = Field(None, ge=0)  # kept for reuse (None: `workers`); ~7.5 MB each
 
 

@@ -86,11 +86,10 @@ def package_versions() -> dict[str, str]:
 def run_config(run: Path) -> Config:
     """The run's config with the engine it ran on (its start event resolves `engine.kind=auto`), so that a
     bundle answers on the engine behind the run's evaluations, whatever the loading machine would pick."""
-    cfg = RunDir(run).load_config()
-    start = next((e for e in RunDir(run).events() if e.get("event") == "start"), None)
-    if start is None or "engine" not in start.get("config", {}):
+    cfg, started = RunDir(run).load_config(), RunDir(run).started_config() or {}
+    if "engine" not in started:
         return cfg
-    return cfg.model_copy(update={"engine": type(cfg.engine).model_validate(start["config"]["engine"])})
+    return cfg.model_copy(update={"engine": type(cfg.engine).model_validate(started["engine"])})
 
 
 def _write_weights(tmp: Path, cfg: Config, checkpoint: Path | None, adapter: bool) -> str:

@@ -70,9 +70,9 @@ def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) 
             raise ConfigError(f"engine.kind=fast: {exc}; use engine.kind=hf for this model") from None
         return engine
     if cfg.kind == "vllm":
-        from whale.model.vllm_engine import VLLMEngine
+        from whale.model.vllm_engine import VLLMEngine, with_cpu_dtype
 
-        return VLLMEngine(model, tokenizer, cfg.vllm, max_batch)
+        return VLLMEngine(model, tokenizer, with_cpu_dtype(cfg.vllm, model), max_batch)
     if cfg.kind == "remote":
         from whale.model.remote_engine import RemoteEngine
 

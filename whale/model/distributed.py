@@ -42,9 +42,9 @@ def resolve_train_dtype(choice: str, model: Any) -> str:
     """The trainer's compute dtype: "auto" is bfloat16 only where its matmuls measure clearly faster."""
     if choice != "auto":
         return choice
-    from whale.model.dtype_probe import bf16_matmul_speedup
+    from whale.model.dtype_probe import measured_dtype
 
-    return "bfloat16" if bf16_matmul_speedup(model) >= 1.25 else "float32"
+    return measured_dtype(model)
 
 
 def pad_id(tokenizer: Any) -> int:

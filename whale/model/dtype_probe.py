@@ -3,6 +3,7 @@ clearly faster and numerically close (docs/performance.md)."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import torch
@@ -10,6 +11,9 @@ import torch.nn.functional as F
 
 from whale.model.fast_engine import FastEngine
 from whale.model.packed_weights import base_model
+
+BF16_FASTER = 1.25  # bf16 matmuls must be this much faster to be chosen: below it, the gain is noise
+MIN_TIMED_FLOPS = 20e6  # below this a matmul takes microseconds and its timing is noise (the tiny model: 2M)
 
 
 def _linear_seconds(m: int, k: int, n: int, dtype: torch.dtype, reps: int = 8) -> float:
@@ -47,19 +51,38 @@ def pick_dtype(model: Any, tokenizer: Any, choice: str) -> tuple[torch.dtype, st
         return torch.float32, "float32 requested"
     if choice == "bfloat16":
         return torch.bfloat16, "bfloat16 requested"
-    speedup = bf16_matmul_speedup(model)
-    if speedup < 1.25:
-        return torch.float32, f"auto: bf16 matmul not faster here ({speedup:.2f}x fp32 speed)"
+    faster, why = bf16_pays(model)
+    if not faster:
+        return torch.float32, f"auto: {why}"
     check = bf16_numerics(model, tokenizer)
     if not check["top1_agree"] or check["max_abs_logprob_diff"] > 0.5:
         return torch.float32, f"auto: bf16 numerics off ({check})"
-    return torch.bfloat16, f"auto: bf16 {speedup:.2f}x faster, numerics {check}"
+    return torch.bfloat16, f"auto: {why}, numerics {check}"
 
 
-def bf16_matmul_speedup(model: Any) -> float:
-    """fp32 time / bf16 time of this model's MLP matmul at batch 64 on this machine (best of 8 each).
-    Many CPUs advertise bf16 yet run it slower than fp32 through torch; only a measurement tells."""
+def measured_dtype(model: Any) -> str:
+    """The `auto` choice without the numerics probe (it needs the fast engine): the trainer's and vLLM's."""
+    return "bfloat16" if bf16_pays(model)[0] else "float32"
+
+
+def bf16_pays(model: Any) -> tuple[bool, str]:
+    """Whether bf16 matmuls at this model's MLP shape (batch 64) run clearly faster than fp32 here, and
+    why. Many CPUs advertise bf16 yet run it slower through torch; only a measurement tells. A model
+    whose matmuls take microseconds (the tiny test model) cannot be timed reliably: float32."""
     cfg = base_model(model).config
     shape = (64, cfg.hidden_size, 2 * getattr(cfg, "intermediate_size", 4 * cfg.hidden_size))
+    flops = 2 * shape[0] * shape[1] * shape[2]
+    if flops < MIN_TIMED_FLOPS:
+        return False, f"matmuls too small to time ({flops / 1e6:.0f} MFLOP), float32"
+    speedup = _shape_speedup(shape)
+    if speedup < BF16_FASTER:
+        return False, f"bf16 matmul not faster here ({speedup:.2f}x fp32 speed)"
+    return True, f"bf16 {speedup:.2f}x faster"
+
+
+@cache
+def _shape_speedup(shape: tuple[int, int, int]) -> float:
+    """fp32 time / bf16 time, best of 8 each; measured once per process and shape, so that the trainer
+    and the engines of a run decide alike."""
     fp32, bf16 = (_linear_seconds(*shape, dtype) for dtype in (torch.float32, torch.bfloat16))
     return fp32 / bf16

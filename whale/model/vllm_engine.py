@@ -143,6 +143,15 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
+def with_cpu_dtype(cfg: VLLMConfig, model: Any) -> VLLMConfig:
+    """`dtype: auto` decided on the CPU by measuring this model's matmuls (a GPU keeps the model's dtype)."""
+    if cfg.dtype != "auto" or not on_cpu():
+        return cfg
+    from whale.model.dtype_probe import measured_dtype
+
+    return cfg.model_copy(update={"dtype": measured_dtype(model)})
+
+
 def merges_lora(cfg: VLLMConfig, cpu: bool) -> bool:
     """Whether a LoRA model is served merged into full weights (the CPU's default) rather than as an
     adapter. Merged, vLLM gets no LoRA slots: with them every linear layer runs through its LoRA kernels,

@@ -48,7 +48,7 @@ def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
     limits = RunnerLimits(
         workers=r.workers, idle_workers=r.idle_workers, step_timeout_s=r.step_timeout_s,
         rollout_timeout_s=r.rollout_timeout_s, tool_timeout_s=r.tool_timeout_s, memory_mb=r.memory_mb,
-        lockstep=r.lockstep,
+        lockstep=bool(r.lockstep),  # None (undecided outside a run): off
     )  # fmt: skip
     return RolloutRunner(
         engine, domain, SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens), limits, cfg.seed

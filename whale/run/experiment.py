@@ -39,7 +39,7 @@ from whale.run.evaluation import (
     points_between,
     start_eval_source,
 )
-from whale.run.preflight import check_config, resolve_engine, seed_candidate
+from whale.run.preflight import as_started, check_config, resolve_engine, seed_candidate
 from whale.run.proposing import build_proposer, proposer_spent, record_proposal, search_brief
 from whale.run.rescue_pool import rescue_pool
 from whale.run.rundir import EVALS, EVENTS, SEARCH, TRAIN, RunDir, RunState
@@ -86,15 +86,16 @@ class Experiment:
         self.bars = partial(track, self.console)
         if resume and self.dir.is_run():
             self.dir.claim()  # first of all: two processes must never work on one run
+            self.cfg = cfg = as_started(cfg, self.dir.started_config())
         check_config(cfg)
         self.rules = method_rules(cfg.schedule.method)
         self.domain = build_domain(cfg.domain)
         self.splits = self.domain.splits()
         seed = None if resume else seed_candidate(cfg, self.domain)
-        train_tasks = len(self.splits["train"])
-        self.schedule = build_schedule(cfg.schedule, train_tasks, cfg.rft.tasks_per_step, cfg.seed)
+        tasks = len(self.splits["train"])
+        self.schedule = build_schedule(cfg.schedule, tasks, cfg.rft.tasks_per_step, cfg.seed)
         self.trainer, tokenizer = build_trainer(cfg)
-        self.resolved, self.engine_summary = resolve_engine(cfg, self.trainer.model, tokenizer)
+        self.resolved, self.engine_summary = resolve_engine(cfg, self.trainer, tokenizer)
         self.runner = build_executor(self.resolved, self.trainer.model, tokenizer, self.domain, self.trainer)
         if resume and not self.dir.is_run():
             raise ConfigError(f"--resume {out}: no state.json there (not a whale run, or it never started)")
@@ -436,9 +437,8 @@ class Experiment:
             st.kept_checkpoints = sorted(set(st.kept_checkpoints) & retained)
         st.engine_calls = self.runner.engine_calls
         self.dir.commit(st, self.archive.ids())
-        self.dir.keep_checkpoints(
-            set(st.kept_checkpoints or []) | {st.checkpoint, st.reference_checkpoint}, "u"
-        )
+        live = set(st.kept_checkpoints or []) | {st.checkpoint, st.reference_checkpoint}
+        self.dir.keep_checkpoints(live, "u")
 
     def _finish(self, reason: str) -> None:
         self.state.finished = True

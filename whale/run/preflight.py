@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from whale.core.config import Config, ConfigError
+from whale.core.config import Config, ConfigError, EngineConfig
 from whale.domains.base import Domain
 from whale.domains.registry import minimal_seed
 from whale.harness import validate
@@ -16,6 +16,9 @@ from whale.model.loading import check_model_name
 from whale.run.schedule import method_rules
 from whale.run.tracking import check_tracking
 from whale.search.proposer import ProposerUsage
+
+if TYPE_CHECKING:
+    from whale.model.trainer import Trainer
 
 
 def seed_candidate(cfg: Config, domain: Domain) -> HarnessCandidate:
@@ -89,29 +92,63 @@ def check_engine(cfg: Config) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def resolve_engine(cfg: Config, model: Any, tokenizer: Any) -> tuple[Config, str]:
-    """The config the engines are built from (`engine.kind=auto` and a fast engine's "auto" dtype
-    replaced by what was chosen) and what to log about it: backend, dtype, threads and why. Decided once,
-    in the driver, so every engine of a run agrees."""
+def resolve_engine(cfg: Config, trainer: Trainer, tokenizer: Any) -> tuple[Config, str]:
+    """The config the engines are built from and the run records (`engine.kind=auto`, the engines'
+    "auto" dtypes, the trainer's and lockstep replaced by what was chosen) and what to log about it:
+    backend, dtype, threads and why. Decided once, in the driver, so every engine of a run agrees."""
     import torch
+
+    model = trainer.model
 
     from whale.model.backends import choose_kind
 
     kind, chosen_by = choose_kind(cfg.engine, model)
-    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"kind": kind})})
+    engine = cfg.engine.model_copy(update={"kind": kind})
     if kind == "vllm":
-        from whale.model.vllm_engine import on_cpu, summary
+        from whale.model.vllm_engine import on_cpu, summary, with_cpu_dtype
 
-        return cfg, f"vllm {summary(cfg.engine.vllm, on_cpu())}; {chosen_by}"
-    if kind != "fast":
-        return cfg, f"{kind}, the model's dtype; {chosen_by}"
-    from whale.model.dtype_probe import pick_dtype
+        vllm = with_cpu_dtype(engine.vllm, model)
+        engine = engine.model_copy(update={"vllm": vllm})
+        dtype, line = vllm.dtype, f"vllm {summary(vllm, on_cpu())}; {chosen_by}"
+    elif kind == "fast":
+        from whale.model.dtype_probe import pick_dtype
 
-    dtype, why = pick_dtype(model, tokenizer, cfg.engine.dtype)
-    name = str(dtype).removeprefix("torch.")
-    engine = cfg.engine.model_copy(update={"dtype": name})
-    threads = f"{torch.get_num_threads()} torch threads"
-    return cfg.model_copy(update={"engine": engine}), f"fast {name} ({why}, {threads}); {chosen_by}"
+        picked, why = pick_dtype(model, tokenizer, engine.dtype)
+        dtype = str(picked).removeprefix("torch.")
+        line = f"fast {dtype} ({why}, {torch.get_num_threads()} torch threads); {chosen_by}"
+    else:
+        dtype, line = None, f"{kind}, the model's dtype; {chosen_by}"
+    if dtype in ("float32", "bfloat16"):  # the other engine too, so a resume on it keeps the dtype
+        engine = engine_dtypes(engine, dtype, dtype)
+    lockstep = cfg.runner.lockstep if cfg.runner.lockstep is not None else dtype == "bfloat16"
+    if lockstep and cfg.runner.lockstep is None:
+        line += "; lockstep (bfloat16 draws repeat only in fixed batches)"
+    return cfg.model_copy(update={
+        "engine": engine,
+        "weights": cfg.weights.model_copy(update={"dtype": trainer.config.dtype}),
+        "runner": cfg.runner.model_copy(update={"lockstep": lockstep}),
+    }), line  # fmt: skip
+
+
+def engine_dtypes(engine: EngineConfig, fast: str, vllm: str) -> EngineConfig:
+    return engine.model_copy(update={"dtype": fast, "vllm": engine.vllm.model_copy(update={"dtype": vllm})})
+
+
+def as_started(cfg: Config, started: dict[str, Any] | None) -> Config:
+    """A resumed run keeps the dtypes and lockstep it began with, where its config says "auto": a probe
+    can measure otherwise today (a busy machine, another CPU), and a run must not change numerics midway."""
+    if not started:
+        return cfg
+    e, w, r = (started.get(key, {}) for key in ("engine", "weights", "runner"))
+    engine, weights, runner = cfg.engine, cfg.weights, cfg.runner
+    fast, vllm = e.get("dtype", "auto"), e.get("vllm", {}).get("dtype", "auto")
+    engine = engine_dtypes(engine, fast if engine.dtype == "auto" else engine.dtype,
+                           vllm if engine.vllm.dtype == "auto" else engine.vllm.dtype)  # fmt: skip
+    if weights.dtype == "auto" and w.get("dtype", "auto") != "auto":
+        weights = weights.model_copy(update={"dtype": w["dtype"]})
+    if runner.lockstep is None and r.get("lockstep") is not None:
+        runner = runner.model_copy(update={"lockstep": r["lockstep"]})
+    return cfg.model_copy(update={"engine": engine, "weights": weights, "runner": runner})
 
 
 def busy_machine_warning(threads: int, cores: int, load: float) -> str | None:

@@ -109,6 +109,11 @@ class RunDir:
     def events(self) -> list[dict[str, Any]]:
         return read_jsonl(self.path / EVENTS)
 
+    def started_config(self) -> dict[str, Any] | None:
+        """The config as the run began it (its start event: engine kind and dtypes as decided)."""
+        start = next((e for e in self.events() if e.get("event") == "start"), None)
+        return None if start is None else start.get("config")
+
     def eval_file(self, point: int, split: str) -> Path:
         return self.path / "evals" / f"{point:03d}" / f"{split}.jsonl"
 
