@@ -14,6 +14,7 @@ def test_the_runner_takes_its_limits_from_the_config():
         limits, default = runners[0].limits, runners[1].limits
         assert (limits.workers, limits.idle_workers, limits.lockstep) == (6, 18, True)
         assert default.idle_workers is None  # as many as `workers`
+        assert default.lockstep is False  # undecided: on only for an engine that computes in bfloat16
     finally:
         for runner in runners:
             runner.close()

@@ -20,13 +20,6 @@ from whale.bench.settings import SEED, BenchSettings
 DOMAINS = ("math", "searchqa", "chess")
 
 
-def engine_dtype(engine: Any) -> str:
-    """What the engine computes in: vLLM's setting, the fast engine's packed weights, else the model's."""
-    if hasattr(engine, "settings"):
-        return str(engine.settings["dtype"])
-    return str(getattr(engine, "dtype", None) or next(engine.model.parameters()).dtype).removeprefix("torch.")
-
-
 def workload_kinds(model: Any) -> list[str]:
     """The engines to measure: the fast and reference engines, and vLLM where `auto` would pick it."""
     from whale.core.config import EngineConfig
@@ -205,7 +198,7 @@ def bench_workload(
     engine is built once (its start-up timed) and serves every domain."""
     from whale.core.config import Config, DomainConfig, EngineConfig
     from whale.domains.registry import build_domain
-    from whale.model.backends import build_engine, choose_kind
+    from whale.model.backends import build_engine, choose_kind, engine_dtype
 
     kinds = workload_kinds(model)
     workers, max_batch = run_concurrency()

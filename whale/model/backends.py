@@ -78,3 +78,14 @@ def build_engine(cfg: EngineConfig, model: Any, tokenizer: Any, max_batch: int) 
 
         return RemoteEngine(cfg.remote, model)
     raise ValueError(f"engine.kind: unknown backend {cfg.kind!r}")
+
+
+def engine_dtype(engine: Engine) -> str:
+    """What an engine computes in: vLLM's setting, the fast engine's packed weights, else its model's;
+    "unknown" for a remote server or an engine without a model."""
+    if hasattr(engine, "settings"):
+        return str(engine.settings["dtype"])
+    dtype, model = getattr(engine, "dtype", None), getattr(engine, "model", None)
+    if dtype is None and model is not None:
+        dtype = next(model.parameters()).dtype
+    return str(dtype or "unknown").removeprefix("torch.")

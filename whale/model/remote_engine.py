@@ -97,6 +97,8 @@ def _ids(value: Any) -> list[int]:
 class RemoteEngine:
     """whale's Engine over an OpenAI-compatible server (see the module docstring)."""
 
+    dtype = "unknown"  # the server's business
+
     def __init__(self, cfg: RemoteConfig, model: Any = None, weights_version: str = "w0"):
         self.cfg = cfg
         self.url = chat_url(cfg.base_url, "engine.remote.base_url")

@@ -15,6 +15,7 @@ from whale.core.config import Config
 from whale.harness.calls import RolloutJob, RunnerLimits
 from whale.harness.records import Rollout
 from whale.harness.runner import RolloutRunner
+from whale.model.backends import engine_dtype
 from whale.model.engine import Engine, SamplingParams
 
 
@@ -48,7 +49,7 @@ def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
     limits = RunnerLimits(
         workers=r.workers, idle_workers=r.idle_workers, step_timeout_s=r.step_timeout_s,
         rollout_timeout_s=r.rollout_timeout_s, tool_timeout_s=r.tool_timeout_s, memory_mb=r.memory_mb,
-        lockstep=bool(r.lockstep),  # None (undecided outside a run): off
+        lockstep=engine_dtype(engine) == "bfloat16" if r.lockstep is None else r.lockstep,  # None: in bf16
     )  # fmt: skip
     return RolloutRunner(
         engine, domain, SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens), limits, cfg.seed
