@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import torch
+
 from tests.conftest import AddDomain, FakeEngine
 from whale.core.config import load_config
+from whale.model.backends import engine_dtype
+from whale.model.fast_engine import FastEngine
 from whale.rollout.executor import build_runner
 
 
@@ -17,4 +21,16 @@ def test_the_runner_takes_its_limits_from_the_config():
         assert default.lockstep is False  # undecided: on only for an engine that computes in bfloat16
     finally:
         for runner in runners:
+            runner.close()
+
+
+def test_a_runner_left_undecided_steps_a_bfloat16_engine_in_lockstep(tiny):
+    """bfloat16 logits move with the batch around a row, so its draws repeat only in fixed batches."""
+    engines = {dtype: FastEngine(*tiny, dtype=dtype) for dtype in (torch.float32, torch.bfloat16)}
+    runners = {d: build_runner(load_config("tiny"), e, AddDomain()) for d, e in engines.items()}
+    try:
+        assert runners[torch.bfloat16].limits.lockstep and not runners[torch.float32].limits.lockstep
+        assert engine_dtype(engines[torch.bfloat16]) == "bfloat16"
+    finally:
+        for runner in runners.values():
             runner.close()
