@@ -35,6 +35,7 @@ from whale.core.temp_folders import OwnedTempFolder
 from whale.core.timing import timed
 from whale.model.engine import Generation, GenerationRequest, SamplingParams, request_seed
 from whale.model.sampling import chat_prompt_ids
+from whale.model.vllm_orphans import OWNER
 from whale.model.weight_sync import FULL_WEIGHTS_FILE, SyncFolders, lora_rank, model_folder, save_for_serving
 
 MISSING = (
@@ -250,6 +251,7 @@ class VLLMEngine:
         self.ipc = OwnedTempFolder(IPC_PREFIX)
         self._rpc_base_before = os.environ.get("VLLM_RPC_BASE_PATH")
         os.environ["VLLM_RPC_BASE_PATH"] = str(self.ipc.path)
+        os.environ[OWNER] = str(os.getpid())  # its processes end with their parent (vllm_orphans)
         self.llm = vllm.LLM(**self.settings)
         self.core = self.llm.llm_engine
         self.folders = SyncFolders(cfg.sync_dir)
