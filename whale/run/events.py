@@ -47,7 +47,7 @@ def point_stamp(rollouts: int, spent: int, wall_s: float) -> dict[str, Any]:
 @dataclass
 class Start(Event):
     kind: ClassVar[str] = "start"
-    config: dict[str, Any]  # as run: `engine.kind=auto` and a fast engine's "auto" dtype resolved
+    config: dict[str, Any]  # as run: engine kind, "auto" dtypes and lockstep as decided (a resume keeps them)
     compute: dict[str, str]  # the engine's and the trainer's dtype, and why
 
 

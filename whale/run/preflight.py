@@ -131,6 +131,7 @@ def resolve_engine(cfg: Config, trainer: Trainer, tokenizer: Any) -> tuple[Confi
 
 
 def engine_dtypes(engine: EngineConfig, fast: str, vllm: str) -> EngineConfig:
+    """`engine` with the fast engine's and vLLM's dtypes set."""
     return engine.model_copy(update={"dtype": fast, "vllm": engine.vllm.model_copy(update={"dtype": vllm})})
 
 
