@@ -43,13 +43,18 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def lockstep_for(setting: bool | None, dtype: str | None) -> bool:
+    """`runner.lockstep`, where None means on in bfloat16: its draws repeat only in fixed batches."""
+    return dtype == "bfloat16" if setting is None else setting
+
+
 def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
     """The in-process runner: sandbox workers of this process, model calls batched into `engine`."""
     s, r = cfg.sampling, cfg.runner
     limits = RunnerLimits(
         workers=r.workers, idle_workers=r.idle_workers, step_timeout_s=r.step_timeout_s,
         rollout_timeout_s=r.rollout_timeout_s, tool_timeout_s=r.tool_timeout_s, memory_mb=r.memory_mb,
-        lockstep=engine_dtype(engine) == "bfloat16" if r.lockstep is None else r.lockstep,  # None: in bf16
+        lockstep=lockstep_for(r.lockstep, engine_dtype(engine)),
     )  # fmt: skip
     return RolloutRunner(
         engine, domain, SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens), limits, cfg.seed

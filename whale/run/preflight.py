@@ -120,7 +120,9 @@ def resolve_engine(cfg: Config, trainer: Trainer, tokenizer: Any) -> tuple[Confi
         dtype, line = None, f"{kind}, the model's dtype; {chosen_by}"
     if dtype in ("float32", "bfloat16"):  # the other engine too, so a resume on it keeps the dtype
         engine = engine_dtypes(engine, dtype, dtype)
-    lockstep = cfg.runner.lockstep if cfg.runner.lockstep is not None else dtype == "bfloat16"
+    from whale.rollout.executor import lockstep_for
+
+    lockstep = lockstep_for(cfg.runner.lockstep, dtype)
     if lockstep and cfg.runner.lockstep is None:
         line += "; lockstep (bfloat16 draws repeat only in fixed batches)"
     return cfg.model_copy(update={
