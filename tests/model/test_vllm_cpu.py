@@ -278,6 +278,22 @@ def test_vllm_alone_samples_k_per_prompt_and_leaves_the_engine_usable(vllm_engin
     assert after[0].completion_ids == before[0].completion_ids
 
 
+def test_the_bench_times_vllm_steps_through_the_engine_interface_alone(vllm_engine):
+    """`whale bench` timed continuous steps by reading FastEngine's rows, and crashed on vLLM (the
+    default engine): its timer now counts a step's batch from the handles it saw submitted."""
+    from whale.bench.rollout_bench import TimedStepEngine
+
+    timed = TimedStepEngine(vllm_engine)
+    handles = {timed.submit(GenerationRequest([{"role": "user", "content": f"Count to {n}."}], GREEDY), 0)
+               for n in range(3)}  # fmt: skip
+    finished = []
+    while timed.busy:
+        finished += timed.step()
+    assert {h for h, _ in finished} == handles and not timed.live
+    assert timed.batch_sizes[0] == 3 and timed.batch_sizes == sorted(timed.batch_sizes, reverse=True)
+    assert timed.tokens == sum(len(g.completion_ids) for _, g in finished) > 0
+
+
 def perturb(module: torch.nn.Module, names: tuple[str, ...], scale: float, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():

@@ -86,23 +86,31 @@ class TimedStepEngine(TimedEngine):
     """TimedEngine for an engine that takes requests one by one: the runner then batches continuously,
     and the time inside `step` is the engine's time."""
 
+    def reset(self) -> None:
+        super().reset()
+        self.live: set[int] = set()  # handles submitted and not yet finished: a step's batch, on any engine
+
     @property
     def busy(self) -> bool:
         return self.engine.busy
 
     def submit(self, request: Any, seed: int) -> int:
         self.requests += 1
-        return self.engine.submit(request, seed)
+        handle = self.engine.submit(request, seed)
+        self.live.add(handle)
+        return handle
 
     def cancel(self, handles: set[int] | None = None) -> None:
         self.engine.cancel(handles)
+        self.live = set() if handles is None else self.live - handles
 
     def step(self) -> list[tuple[int, Any]]:
+        self.batch_sizes.append(len(self.live))
         start = time.perf_counter()
         done = self.engine.step()
         self.seconds += time.perf_counter() - start
         self.calls += 1
-        self.batch_sizes.append(len(self.engine._rows))
+        self.live -= {handle for handle, _ in done}
         self._count([g for _, g in done])
         return done
 
