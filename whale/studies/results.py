@@ -306,9 +306,8 @@ def section_run_time(summaries: list[StudySummary]) -> list[str]:
     return [
         "## Run time",
         "",
-        "Wall time as each run recorded it, on 2 CPU cores. The first edition's runs ran one at a time; the "
-        "second edition's, from its 1e-3 rate pilot on, two at a time with one torch thread each, so their "
-        "walls overlap. A run that several studies share is run once: the last column totals run-hours.",
+        "Wall time as each run recorded it, on 2 CPU cores, one run at a time. A run that several studies "
+        "share is run once: the last column totals run-hours.",
         "",
         md_table(["study", "runs", "wall", "runs of its own", "their wall"], rows),
         "",
