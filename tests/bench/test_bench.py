@@ -11,6 +11,7 @@ from rich.console import Console
 
 from whale.bench.suite import run_bench, verdicts
 from whale.core.config import load_config
+from whale.core.provenance import code_version
 
 SECTIONS = ("machine", "roofline", "engine", "trainer", "rollout", "workload", "verdicts")
 
@@ -37,6 +38,7 @@ def test_the_json_holds_every_section_and_the_machine_facts(bench) -> None:
     assert m["cpu_model"] and m["cpu_count"] >= 1 and m["torch_threads"] >= 1
     assert m["versions"]["torch"] and m["dtype"] == "float32"
     assert written["model"] == "tiny" and written["quick"] is True
+    assert written["commit"] == code_version()  # every number names the code it came from
     for part in ("roofline", "engine", "trainer", "rollout", "workload"):
         assert written[part]["memory"]["maxrss_mib"] > 0, part
 

@@ -42,6 +42,7 @@ from whale.bench.settings import (
 )
 from whale.bench.trainer_bench import bench_trainer, train_examples
 from whale.bench.workload_bench import bench_workload
+from whale.core.provenance import code_version
 
 # ---- machine facts and memory ----------------------------------------------------------------------------
 
@@ -82,6 +83,7 @@ def run_bench(model: str, out: Path, quick: bool, console: Any) -> dict[str, Any
         "schema": SCHEMA,
         "model": model,
         "quick": quick,
+        "commit": code_version(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(settings).items()},
         "machine": machine_facts(lm),
