@@ -227,7 +227,8 @@ def summary(cfg: VLLMConfig, cpu: bool) -> str:
     if not cpu:
         return f"{kwargs['dtype']} (on the GPU, {mode})"
     cores = cpu_environment(cfg)["VLLM_CPU_OMP_THREADS_BIND"]
-    return f"{kwargs['dtype']} (on the CPU, {mode}, OpenMP threads bound to cores {cores})"
+    where = f"cores {cores}" if "," in cores else f"core {cores}"
+    return f"{kwargs['dtype']} (on the CPU, {mode}, OpenMP threads bound to {where})"
 
 
 class VLLMEngine:
