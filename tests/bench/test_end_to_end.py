@@ -41,6 +41,7 @@ def test_one_timed_run_per_kind_with_its_test_scores(tmp_path) -> None:
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     (run,) = result["runs"]
     assert run["kind"] == "hf" and "hf" in run["compute"]["engine"]
+    assert run["cores"] == sorted(os.sched_getaffinity(0))  # not pinned: the cores it inherited
     spent = run["parts"]["weight steps"]["rollouts"] + run["parts"]["search iterations"]["rollouts"]
     assert run["budget_rollouts"] >= 16 and spent == run["budget_rollouts"] == run["test"][-1][0]
     assert run["wall_s"] > run["parts"]["start-up and shutdown"]["wall_s"] > 0

@@ -108,7 +108,8 @@ def one_run(
 ) -> dict[str, Any]:
     """One `whale run` of the checkout at `root` with its interpreter `python` (another worktree's, to time
     an older commit), pinned to `cores` if given; a run from before whale.core.timing has no parts, and
-    one from before the start event said its compute has none."""
+    one from before the start event said its compute has none. `cores` in the record is the set the run
+    could use, pinned here or inherited (a bench started under taskset)."""
     command = [python, "-m", "whale.cli", "run", "--preset", preset, "--out", str(out)]
     command += [a for s in (*variant_sets(kind), *sets) for a in ("--set", s)]
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
@@ -122,7 +123,7 @@ def one_run(
     timed = any("parts_s" in p for p in points)
     return {
         "kind": kind,
-        "cores": sorted(cores) if cores else None,
+        "cores": sorted(cores or os.sched_getaffinity(0)),
         "wall_s": round(wall, 1),
         "compute": start_event.get("compute"),
         "parts": split_wall(out, wall) if timed else None,
