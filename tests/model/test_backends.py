@@ -85,6 +85,26 @@ def test_the_driver_decides_auto_dtypes_once_and_bfloat16_runs_in_lockstep(monke
     assert resolve_engine(off, trainer_of(tiny[0], "float32"), tiny[1])[0].runner.lockstep is False
 
 
+def test_vllms_engine_core_runs_in_whales_process_exactly_when_the_run_is_in_lockstep(tiny):
+    """In its own process vLLM's core runs on between the runner's calls, so a request joins whichever
+    step it reaches and lockstep cannot fix the batches; "auto" puts the core inline then. Decided
+    without building an engine (both dtypes given, so nothing is measured)."""
+    for dtype, lockstep, core in (("bfloat16", None, "inline"), ("float32", None, "process"),
+                                  ("bfloat16", False, "process"), ("float32", True, "inline")):  # fmt: skip
+        cfg = Config.model_validate({
+            "model": {"name": "tiny"}, "runner": {"lockstep": lockstep},
+            "engine": {"kind": "vllm", "dtype": dtype, "vllm": {"dtype": dtype}},
+        })  # fmt: skip
+        resolved, said = resolve_engine(cfg, trainer_of(tiny[0], "float32"), tiny[1])
+        assert resolved.engine.vllm.engine_core == core and resolved.runner.lockstep == (core == "inline")
+        assert ("engine core in whale's process" in said) == (core == "inline")
+    asked = Config.model_validate(
+        {"engine": {"kind": "vllm", "vllm": {"engine_core": "process", "dtype": "bfloat16"}}}
+    )
+    resolved, _ = resolve_engine(asked, trainer_of(tiny[0], "float32"), tiny[1])
+    assert resolved.engine.vllm.engine_core == "process" and resolved.runner.lockstep is True
+
+
 def test_auto_falls_back_to_the_fast_engine_when_vllm_is_installed_but_does_not_import(
     tmp_path, monkeypatch, tiny
 ):

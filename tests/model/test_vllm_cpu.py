@@ -6,11 +6,14 @@ for reuse, eviction and staleness."""
 from __future__ import annotations
 
 import copy
+import gc
+import os
 import platform
 import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -425,3 +428,59 @@ def test_a_bfloat16_reload_serves_what_a_fresh_bfloat16_engine_serves(embedded_l
     for r, f in zip(reloaded, fresh, strict=True):
         assert r.completion_ids == f.completion_ids
         assert max(abs(a - b) for a, b in zip(r.logprobs, f.logprobs, strict=True)) < 1e-3
+
+
+def vllm_children() -> list[int]:
+    """This process's live children that are vLLM processes (by the title vLLM gives them)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            title = (entry / "cmdline").read_bytes().split(b"\0")[0].decode()
+        except (OSError, ValueError):
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[1] == str(os.getpid()) and fields[0] != "Z" and title.startswith("VLLM::"):
+            found.append(int(entry.name))
+    return found
+
+
+def test_in_lockstep_the_inline_core_repeats_every_rollout_and_the_runner_closes_vllm(embedded_lora):
+    """In its own process vLLM's engine core runs on between the runner's calls, so a request joins
+    whichever step it reaches: in bfloat16 lockstep, 0-2 of 128 math rollouts changed between identical
+    runs. Inline (the default in lockstep) it steps only when the runner calls: every rollout repeats.
+    The core's start leaves whale's process as it found it (vLLM's environment uncached, the garbage
+    collector's heap unfrozen), and the runner owns its engine: closing it ends vLLM's processes, so a
+    process that runs many runs (`whale compare`, `whale results`) keeps none."""
+    import vllm.envs
+
+    from whale.core.config import Config
+    from whale.domains.registry import build_domain
+    from whale.harness.calls import RolloutJob
+    from whale.harness.records import HarnessCandidate
+    from whale.rollout.build import build_executor
+
+    model, tokenizer = embedded_lora
+    served = {"dtype": "bfloat16", "engine_core": "inline", "cpu_kvcache_gib": 1, "max_model_len": 4096}
+    cfg = Config.model_validate(
+        {"engine": {"kind": "vllm", "vllm": served}, "runner": {"lockstep": True}, "domain": {"name": "math"}}
+    )
+    domain = build_domain(cfg.domain)
+    before = set(vllm_children())
+    runner = build_executor(cfg, model, tokenizer, domain, None)
+    engine = runner.engine
+    try:
+        assert engine.inline and engine.settings["dtype"] == "bfloat16" and runner.limits.lockstep
+        assert not vllm.envs._is_envs_cache_enabled() and gc.get_freeze_count() == 0
+        assert set(vllm_children()) > before  # its worker: the core itself is this process
+        harness = HarnessCandidate("seed", domain.seed_harness())
+        jobs = [RolloutJob(t, harness, j) for t in domain.splits()["search"][:8] for j in range(8)]
+        runs = []
+        for _ in range(2):
+            engine.llm.reset_prefix_cache()
+            runs.append([[c.completion_ids for c in r.calls] for r in runner.run(jobs)])
+        assert sum(a == b for a, b in zip(*runs, strict=True)) == len(jobs)
+    finally:
+        runner.close()
+    assert set(vllm_children()) <= before
+    assert not engine.ipc.path.exists() and not engine.folders.root.exists()

@@ -50,6 +50,10 @@ class VLLMConfig(Section):
     # how a LoRA model is served: "adapter" (hot swap), "merged" (full weights with the adapter added in,
     # reloaded after each step), "auto": merged on the CPU, where an adapter decoded 4.7x slower
     lora_serving: Literal["auto", "adapter", "merged"] = "auto"
+    # where vLLM's engine core runs: "inline" in whale's process, stepped only by the runner (batches then
+    # repeat, as lockstep needs); "process" in its own, which runs on between the runner's calls (vLLM's
+    # default); "auto": inline when the run is in lockstep (docs/performance.md)
+    engine_core: Literal["auto", "inline", "process"] = "auto"
 
 
 class RemoteConfig(Section):

@@ -106,7 +106,7 @@ class Agent:
         return ""
 
     def close(self) -> None:
-        """Stop the sandbox workers."""
+        """Stop the sandbox workers and the engine."""
         with self._lock:
             self.runner.close()
 

