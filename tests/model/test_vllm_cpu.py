@@ -451,7 +451,8 @@ def test_in_lockstep_the_inline_core_repeats_every_rollout_and_the_runner_closes
     runs. Inline (the default in lockstep) it steps only when the runner calls: every rollout repeats.
     The core's start leaves whale's process as it found it (vLLM's environment uncached, the garbage
     collector's heap unfrozen), and the runner owns its engine: closing it ends vLLM's processes, so a
-    process that runs many runs (`whale compare`, `whale results`) keeps none."""
+    process that runs many runs (`whale compare`, `whale results`) keeps none. The model stays in vLLM's
+    worker process."""
     import vllm.envs
 
     from whale.core.config import Config
@@ -466,13 +467,14 @@ def test_in_lockstep_the_inline_core_repeats_every_rollout_and_the_runner_closes
         {"engine": {"kind": "vllm", "vllm": served}, "runner": {"lockstep": True}, "domain": {"name": "math"}}
     )
     domain = build_domain(cfg.domain)
-    before = set(vllm_children())
+    before, rng = set(vllm_children()), torch.get_rng_state()
     runner = build_executor(cfg, model, tokenizer, domain, None)
     engine = runner.engine
     try:
         assert engine.inline and engine.settings["dtype"] == "bfloat16" and runner.limits.lockstep
         assert not vllm.envs._is_envs_cache_enabled() and gc.get_freeze_count() == 0
-        assert set(vllm_children()) > before  # its worker: the core itself is this process
+        assert set(vllm_children()) > before  # the model in its worker, whose parent is the core: here
+        assert torch.equal(torch.get_rng_state(), rng)  # the worker, not this process, was seeded
         harness = HarnessCandidate("seed", domain.seed_harness())
         jobs = [RolloutJob(t, harness, j) for t in domain.splits()["search"][:8] for j in range(8)]
         runs = []

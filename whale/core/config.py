@@ -41,18 +41,14 @@ class VLLMConfig(Section):
     # which takes bf16 unmeasured; docs/performance.md); the model's dtype on a GPU
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     max_model_len: int | None = Field(None, ge=16)
-    # skip torch.compile (CPU) or CUDA graph capture (GPU): slower decoding, faster start-up; None: eager
-    # on the CPU, where compiling took minutes and gained little (docs/performance.md), compiled on a GPU
-    enforce_eager: bool | None = None
+    enforce_eager: bool | None = None  # skip compiling (CPU) or CUDA graphs (GPU); None: eager on CPUs
     cpu_kvcache_gib: int = Field(2, ge=1)  # CPU only: KV cache memory in GiB, the rest is the trainer's
     kv_cache_tokens: int | None = Field(None, ge=32)  # CPU only: a cap on the KV cache, in tokens
     sync_dir: str | None = None  # where new weights are written for vLLM to load; default: a temp folder
-    # how a LoRA model is served: "adapter" (hot swap), "merged" (full weights with the adapter added in,
-    # reloaded after each step), "auto": merged on the CPU, where an adapter decoded 4.7x slower
+    # LoRA as an "adapter" (hot swap) or "merged" into full weights reloaded each step; "auto": merged on the
+    # CPU (an adapter decoded 4.7x slower). The engine core "inline" in whale's process, stepped by the
+    # runner alone (lockstep needs it), or in its own "process"; "auto": inline in lockstep
     lora_serving: Literal["auto", "adapter", "merged"] = "auto"
-    # where vLLM's engine core runs: "inline" in whale's process, stepped only by the runner (batches then
-    # repeat, as lockstep needs); "process" in its own, which runs on between the runner's calls (vLLM's
-    # default); "auto": inline when the run is in lockstep (docs/performance.md)
     engine_core: Literal["auto", "inline", "process"] = "auto"
 
 
@@ -112,8 +108,7 @@ class WeightsConfig(Section):
     rescue: Literal["off", "on_policy", "distill"] = "off"
     rescue_harnesses: int = Field(2, ge=1)
     rescue_k: int = Field(4, ge=1)
-    # log the KL to the phase-start weights even where the loss does not need them (RFT; GRPO without a
-    # penalty): one extra no-grad pass over each step's examples
+    # log the KL to the phase-start weights where the loss needs none: an extra no-grad pass per step
     log_kl: bool = False
     lora: bool = True
     lora_r: int = Field(16, ge=1)

@@ -7,11 +7,10 @@ once no worker computes. In lockstep the engine moves only when every busy worke
 and bfloat16's draws, repeat run to run. A worker that computes too long is killed with its process group,
 and its rollout records why.
 
-A failed rollout's `Rollout.error` names one of the kinds listed in records.py.
-A worker whose rollout failed with anything but crash, invalid, recursion limit, output too large or verify
-is not reused. Model and tool calls are capped in number and size, and so are logs and answers, so that
-one rollout's record stays small. When a worker reports that an OS sandbox layer (Landlock) could not be
-applied, the runner says so once on stderr and lists it in `sandbox_problems`.
+A failed rollout's `Rollout.error` names a kind from records.py; a worker whose rollout failed with other
+than crash, invalid, recursion limit, output too large or verify is not reused. Calls, logs and answers
+are capped, so one rollout's record stays small. An OS sandbox layer (Landlock) a worker could not apply
+is said once on stderr and listed in `sandbox_problems`. An engine built for the runner is closed with it.
 """
 
 from __future__ import annotations
@@ -73,10 +72,9 @@ class RolloutRunner:
         sampling: SamplingParams,
         limits: RunnerLimits | None = None,
         seed: int = 0,
-        owns_engine: bool = False,
     ):
         self.engine = engine
-        self.owns_engine = owns_engine  # close() closes it too: a process that runs many runs keeps none
+        self.owns_engine = False  # set where the engine was built for it: close() closes the engine too
         self.continuous = isinstance(engine, StepEngine)
         self._owners: dict[int, WorkerProcess] = {}  # engine handle -> worker, in continuous mode
         self.domain = domain
@@ -97,8 +95,8 @@ class RolloutRunner:
         return self.engine.weights_version
 
     def sync_weights(self, version: str, source: Any) -> None:
-        """The engine serves the trainer's model object in place, so a weight update needs only the new
-        label (the Executor seam; the Ray executor copies the weights to its actors here)."""
+        """The engine serves the trainer's model in place: an update needs only the new label (the Ray
+        executor copies the weights here)."""
         self.engine.weights_version = version
 
     def close(self) -> None:
@@ -108,9 +106,8 @@ class RolloutRunner:
         if self.tools.fd in self.selector.get_map():
             self.selector.unregister(self.tools.fd)
         self.tools.close()
-        close_engine = getattr(self.engine, "close", None) if self.owns_engine else None
-        if close_engine is not None:
-            close_engine()
+        if self.owns_engine and hasattr(self.engine, "close"):
+            self.engine.close()
             self.owns_engine = False
 
     def run(self, jobs: list[RolloutJob], on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
@@ -386,8 +383,7 @@ class RolloutRunner:
     def _serve_tool(self, w: WorkerProcess, msg: dict[str, Any]) -> None:
         calls, cap = w.rollout.tool_calls, self.limits.max_tool_calls
         if len(calls) >= cap:
-            # Refused without recording more than the first refusal, and without restarting the step
-            # clock: a harness spinning on refused calls is computing, not making progress.
+            # Only the first refusal is recorded, and the step clock runs on: spinning is not progress.
             message = f"rollout exceeded {cap} tool calls"
             if len(calls) == cap:
                 name, made = str(msg.get("name"))[:100], len(w.rollout.calls)

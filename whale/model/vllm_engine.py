@@ -147,10 +147,12 @@ class WeightLoader:
 
 @contextmanager
 def core_in_this_process() -> Iterator[None]:
-    """Build a vLLM engine whose core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), and undo
-    what the core's start does to the process that hosts it: it caches vLLM's environment (a later
-    engine's settings, such as its socket folder, would be ignored) and freezes the garbage collector's
-    heap (whale's objects of that moment would never be collected)."""
+    """Build a vLLM engine whose core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0; its model
+    stays in a worker process, `engine_kwargs`), and undo what the core's start does to the process that
+    hosts it: it caches vLLM's environment (a later engine's settings, such as its socket folder, would be
+    ignored) and freezes the garbage collector's heap (whale's objects of that moment would never be
+    collected). Without a worker process vLLM would run the model here: it seeds this process's random
+    generators, binds its threads, and failed on a module of the test suite as it scanned them all."""
     key = "VLLM_ENABLE_V1_MULTIPROCESSING"
     before = os.environ.get(key)
     os.environ[key] = "0"
@@ -229,6 +231,8 @@ def engine_kwargs(
         "worker_extension_cls": f"{__name__}.WeightLoader",
         "disable_log_stats": True,
     }
+    if cfg.engine_core == "inline":  # the core only: the model stays in vLLM's worker process
+        kwargs["distributed_executor_backend"] = "mp"
     if cfg.max_model_len is not None:
         kwargs["max_model_len"] = cfg.max_model_len
     if cpu:

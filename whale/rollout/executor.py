@@ -58,4 +58,6 @@ def build_runner(cfg: Config, engine: Engine, domain: Any) -> RolloutRunner:
         lockstep=lockstep_for(r.lockstep, engine_dtype(engine)),
     )  # fmt: skip
     sampling = SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens)
-    return RolloutRunner(engine, domain, sampling, limits, cfg.seed, owns_engine=True)
+    runner = RolloutRunner(engine, domain, sampling, limits, cfg.seed)
+    runner.owns_engine = True
+    return runner
