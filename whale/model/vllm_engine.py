@@ -34,7 +34,7 @@ import gc
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -293,10 +293,7 @@ class VLLMEngine:
         os.environ["VLLM_RPC_BASE_PATH"] = str(self.ipc.path)
         os.environ[OWNER] = str(os.getpid())  # its processes end with their parent (vllm_orphans)
         self.inline = cfg.engine_core == "inline"
-        if self.inline:
-            with core_in_this_process():
-                self.llm = vllm.LLM(**self.settings)
-        else:
+        with core_in_this_process() if self.inline else nullcontext():
             self.llm = vllm.LLM(**self.settings)
         self.core = self.llm.llm_engine
         self.folders = SyncFolders(cfg.sync_dir)
